@@ -1,0 +1,218 @@
+"""Source, AST and name resolution for the functions the compiler follows.
+
+The fence lives here too: every construct outside the supported subset is
+refused with a TransformError naming the function, file, line and construct,
+plus a hint, before any code is generated.
+"""
+import ast
+import builtins
+import inspect
+import math
+import textwrap
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+class TransformError(Exception):
+    """The function uses something the source transformation cannot handle."""
+
+
+@dataclass
+class FuncInfo:
+    """A parsed user function and what its free names refer to."""
+    pyfunc: object
+    name: str
+    filename: str
+    first_line: int
+    source: str
+    lines: list
+    tree: ast.FunctionDef
+    namespace: dict = field(default_factory=dict)
+
+    def file_line(self, node):
+        return self.first_line + getattr(node, "lineno", 1) - 1
+
+    def line_text(self, node):
+        i = getattr(node, "lineno", 1) - 1
+        return self.lines[i].strip() if 0 <= i < len(self.lines) else ""
+
+    def error(self, node, construct, hint):
+        return TransformError(
+            f"{self.name} ({self.filename}, line {self.file_line(node)}): "
+            f"{construct} is not supported by srcad's compiler. Hint: {hint}")
+
+
+def unwrap(obj):
+    """The plain Python function behind an ad.function (or functools) wrapper."""
+    seen = 0
+    while seen < 10:
+        seen += 1
+        if hasattr(obj, "python_function"):
+            obj = obj.python_function
+        elif hasattr(obj, "py_func"):
+            obj = obj.py_func
+        else:
+            break
+    return obj
+
+
+def load(pyfunc):
+    """Parse `pyfunc` and gather its globals and closure cells."""
+    pyfunc = unwrap(pyfunc)
+    if not inspect.isfunction(pyfunc):
+        raise TransformError(f"{pyfunc!r} is not a Python function; srcad compiles plain `def` functions")
+    try:
+        lines, first = inspect.getsourcelines(pyfunc)
+        filename = inspect.getsourcefile(pyfunc) or "<unknown>"
+    except (OSError, TypeError) as exc:
+        raise TransformError(
+            f"{pyfunc.__name__}: cannot read its source ({exc}). Hint: define it in a file, "
+            "not in an interactive prompt or with exec") from None
+    source = textwrap.dedent("".join(lines))
+    module = ast.parse(source)
+    tree = module.body[0]
+    if not isinstance(tree, ast.FunctionDef):
+        raise TransformError(f"{pyfunc.__name__}: expected a `def` function")
+    namespace = dict(pyfunc.__globals__)
+    if pyfunc.__closure__:
+        for name, cell in zip(pyfunc.__code__.co_freevars, pyfunc.__closure__):
+            try:
+                namespace[name] = cell.cell_contents
+            except ValueError:
+                pass
+    info = FuncInfo(pyfunc, pyfunc.__name__, filename, first, source,
+                    source.splitlines(), tree, namespace)
+    fence(info)
+    return info
+
+
+_REFUSED = {
+    ast.Try: ("try/except", "move error handling outside the compiled function"),
+    ast.With: ("`with` statement", "move context managers outside the compiled function"),
+    ast.Lambda: ("lambda", "define a named helper function with `def` at module level"),
+    ast.GeneratorExp: ("generator expression", "write an explicit `for` loop over range(...)"),
+    ast.ListComp: ("list comprehension", "write an explicit `for` loop filling a NumPy array"),
+    ast.SetComp: ("set comprehension", "write an explicit loop filling a NumPy array"),
+    ast.DictComp: ("dict comprehension", "write an explicit loop filling a NumPy array"),
+    ast.Dict: ("dict", "use NumPy arrays or separate variables"),
+    ast.Set: ("set", "use NumPy arrays or separate variables"),
+    ast.List: ("list literal", "use np.zeros(n) and fill it, or pass a NumPy array"),
+    ast.ClassDef: ("class definition", "define classes outside the compiled function"),
+    ast.Global: ("`global` statement", "pass the value as an argument and return the new value"),
+    ast.Nonlocal: ("`nonlocal` statement", "pass the value as an argument and return the new value"),
+    ast.Yield: ("yield", "return an array of results instead of a generator"),
+    ast.YieldFrom: ("yield from", "return an array of results instead of a generator"),
+    ast.Await: ("await", "compiled functions are synchronous"),
+    ast.AsyncFunctionDef: ("async function", "compiled functions are synchronous"),
+    ast.FunctionDef: ("nested function definition", "define the helper at module level"),
+    ast.JoinedStr: ("string formatting", "compiled functions work on numbers only"),
+    ast.Delete: ("`del` statement", "just stop using the variable"),
+    ast.Raise: ("raise", "check inputs before calling the compiled function"),
+    ast.Assert: ("assert", "check inputs before calling the compiled function"),
+    ast.Import: ("import inside the function", "import at module level"),
+    ast.ImportFrom: ("import inside the function", "import at module level"),
+    ast.Starred: ("star-unpacking", "unpack explicitly: a, b = t[0], t[1]"),
+    ast.NamedExpr: ("assignment expression (:=)", "assign on its own line"),
+    ast.Match: ("match statement", "use if/elif/else"),
+}
+
+
+def fence(info):
+    """Refuse unsupported constructs up front, naming line and construct."""
+    fn = info.tree
+    if fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs or fn.args.defaults:
+        raise info.error(fn, "*args, **kwargs, keyword-only or default arguments",
+                         "give the compiled function plain positional parameters")
+    if fn.decorator_list:
+        pass
+    body = list(fn.body)
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        body = body[1:]
+        fn.body = body or [ast.Pass()]
+    for stmt in body:
+        for node in ast.walk(stmt):
+            kind = _REFUSED.get(type(node))
+            if kind:
+                raise info.error(node, kind[0], kind[1])
+            if isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)):
+                raise info.error(node, "string", "compiled functions work on numbers and arrays only")
+            if isinstance(node, (ast.For, ast.While)) and node.orelse:
+                raise info.error(node, "`else` clause on a loop", "use a flag variable")
+            if isinstance(node, ast.For):
+                it = node.iter
+                if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
+                        and not it.keywords and 1 <= len(it.args) <= 3
+                        and resolve(info, "range") == ("builtin", "range")):
+                    raise info.error(node, "`for` over something other than range(...)",
+                                     "loop over indices: for i in range(len(a)): ... a[i] ...")
+                if not isinstance(node.target, ast.Name):
+                    raise info.error(node, "`for` with a tuple target", "use a single loop index")
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id in fn_globals_written(info):
+                pass
+
+
+def fn_globals_written(info):
+    return ()
+
+
+_MODULES = {"np": np, "math": math}
+_CANON = {}
+for _mod_name, _mod in _MODULES.items():
+    for _attr in dir(_mod):
+        _val = getattr(_mod, _attr)
+        if callable(_val):
+            _CANON.setdefault(id(_val), f"{_mod_name}.{_attr}")
+
+
+def canonical_callable(value):
+    """'np.sin' / 'math.exp' for a NumPy or math function object, else None."""
+    return _CANON.get(id(value))
+
+
+def is_stop_gradient(value):
+    return callable(value) and getattr(value, "__name__", "") == "stop_gradient" and \
+        str(getattr(value, "__module__", "")).startswith("srcad")
+
+
+def resolve(info, name):
+    """What a free name means: ('module', 'np'|'math'), ('function', pyfunc),
+    ('callable', 'np.sin'), ('stop_gradient',), ('const', value), ('builtin', name),
+    ('array', value) or ('unknown', value)."""
+    if name in info.namespace:
+        value = info.namespace[name]
+    elif hasattr(builtins, name):
+        return ("builtin", name)
+    else:
+        return ("missing", None)
+    if value is np:
+        return ("module", "np")
+    if value is math:
+        return ("module", "math")
+    if inspect.ismodule(value):
+        return ("module", value.__name__)
+    if is_stop_gradient(value):
+        return ("stop_gradient",)
+    canon = canonical_callable(value)
+    if canon:
+        return ("callable", canon)
+    if isinstance(value, (bool, int, float, np.integer, np.floating, np.bool_)):
+        return ("const", value)
+    if isinstance(value, np.ndarray):
+        return ("array", value)
+    plain = unwrap(value)
+    if inspect.isfunction(plain):
+        return ("function", plain)
+    if value is getattr(builtins, name, None):
+        return ("builtin", name)
+    return ("unknown", value)
+
+
+def all_names(tree):
+    """Every identifier used in a function (to keep generated names fresh)."""
+    names = {a.arg for a in tree.args.args}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+    return names

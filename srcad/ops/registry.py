@@ -1,0 +1,137 @@
+"""Primitives: NumPy functions paired with their VJP rules, and NumPy dispatch.
+
+A ``Primitive`` runs its NumPy function on plain values and, when a tape is
+recording, puts itself on the tape.  Its VJP rules (one per input, autograd
+style) are written with srcad operations, so they are differentiable again, and
+they accept cotangents with extra *leading batch axes* (``jacobian`` sends a
+whole batch of cotangents through one backward sweep): a rule finds the number
+of batch axes as ``g.ndim - ans.ndim``.
+
+``UFUNCS`` and ``FUNCTIONS`` map NumPy callables to srcad implementations; the
+Tensor's ``__array_ufunc__`` / ``__array_function__`` look them up here.
+"""
+
+import numpy as np
+
+from ..tape import _thread, record
+from ..tensor import Tensor
+
+UFUNCS = {}
+FUNCTIONS = {}
+
+
+class Primitive:
+    """A NumPy function with one VJP rule per input (``None``: no gradient to it)."""
+
+    __slots__ = ("name", "fn", "vjps")
+
+    def __init__(self, name, fn, vjps):
+        self.name = name
+        self.fn = fn
+        self.vjps = vjps
+
+    def __call__(self, *args, **attrs):
+        out = Tensor._wrap(self.fn(*[a._value if isinstance(a, Tensor) else a for a in args], **attrs))
+        if self.vjps is not None and _thread.tapes:
+            record(self, args, (out,), attrs)
+        return out
+
+    def vjp(self, node, out_grads, needed):
+        g, ans = out_grads[0], node.outputs[0]
+        grads = []
+        for i, need in enumerate(needed):
+            rule = self.vjps[i] if i < len(self.vjps) else None
+            grads.append(rule(g, ans, *node.inputs, **node.attrs) if need and rule is not None else None)
+        return grads
+
+    def __repr__(self):
+        return f"<srcad primitive {self.name}>"
+
+
+def primitive(fn, *vjps, name=None):
+    """Make a differentiable primitive from a NumPy function and its VJP rules."""
+    return Primitive(name or fn.__name__, fn, vjps)
+
+
+def nondifferentiable(fn, name=None):
+    """A primitive whose result never carries a gradient (comparisons, argmax, floor ...)."""
+    return Primitive(name or fn.__name__, fn, None)
+
+
+def value(x):
+    """The NumPy value of a Tensor or of a plain value."""
+    return x._value if isinstance(x, Tensor) else x
+
+
+def batch_ndim(g, ans):
+    """How many leading batch axes the cotangent ``g`` carries beyond ``ans``'s shape."""
+    return np.ndim(value(g)) - np.ndim(value(ans))
+
+
+def _qualified_name(func):
+    module = getattr(func, "__module__", None) or "numpy"
+    return f"{module}.{getattr(func, '__name__', repr(func))}"
+
+
+def _raise_if_differentiating(name, args):
+    """An op without a rule may run only where no tape would need its gradient."""
+    tapes = _thread.tapes
+    if not tapes:
+        return
+    tensors = [a for a in _flatten_args(args) if isinstance(a, Tensor) and a.dtype.kind in "fc"]
+    for tape in tapes:
+        for t in tensors:
+            if id(t) in tape._tracked or (tape._watch_accessed_variables and getattr(t, "trainable", False)) \
+                    or id(t) in tape._watched_variables:
+                raise NotImplementedError(
+                    f"srcad has no gradient rule for {name}, and a recording tape needs one here. Compute it on "
+                    f"values outside the tape (x.numpy()), wrap it with ad.stop_gradient, or give it a gradient "
+                    f"with ad.custom_gradient.")
+
+
+def _flatten_args(args):
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            yield from _flatten_args(a)
+        else:
+            yield a
+
+
+def _unwrap_nested(a):
+    if isinstance(a, Tensor):
+        return a._value
+    if isinstance(a, (list, tuple)):
+        return type(a)(_unwrap_nested(x) for x in a)
+    return a
+
+
+def _wrap_result(result):
+    if isinstance(result, (np.ndarray, np.generic)):
+        return Tensor._wrap(result)
+    if isinstance(result, (list, tuple)):
+        return type(result)(_wrap_result(r) for r in result)
+    return result
+
+
+def _run_without_gradient(func, name, args, kwargs):
+    _raise_if_differentiating(name, args)
+    return _wrap_result(func(*_unwrap_nested(args), **{k: _unwrap_nested(v) for k, v in kwargs.items()}))
+
+
+def dispatch_ufunc(ufunc, method, inputs, kwargs):
+    """``Tensor.__array_ufunc__``: a registered ufunc records; others run without a gradient."""
+    if "out" in kwargs:
+        raise TypeError(f"numpy.{ufunc.__name__}(..., out=...) cannot write into a Tensor: Tensors are immutable")
+    impl = UFUNCS.get(ufunc) if method == "__call__" else None
+    if impl is not None:
+        return impl(*inputs, **kwargs)
+    name = f"numpy.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}")
+    return _run_without_gradient(getattr(ufunc, method), name, inputs, kwargs)
+
+
+def dispatch_function(func, args, kwargs):
+    """``Tensor.__array_function__``: a registered function records; others run without a gradient."""
+    impl = FUNCTIONS.get(func)
+    if impl is not None:
+        return impl(*args, **kwargs)
+    return _run_without_gradient(func, _qualified_name(func), args, kwargs)

@@ -1,0 +1,358 @@
+"""The eager rule table: every differentiable NumPy function and its VJPs.
+
+One entry per function: ``exp = primitive(np.exp, lambda g, ans, x: g * ans)``
+reads "the cotangent of x is g times the answer".  Each rule is called as
+``rule(g, ans, *inputs, **attrs)`` and must return the cotangent of its input,
+built from the primitives in this file (so it can be differentiated again).
+``g`` may carry leading batch axes (see ``registry.batch_ndim``).
+"""
+
+import builtins
+
+import numpy as np
+
+from .registry import FUNCTIONS, UFUNCS, batch_ndim, nondifferentiable, primitive, value
+
+
+# -- helpers used by the rules ------------------------------------------------------
+
+def _shape(x):
+    return np.shape(value(x))
+
+
+def unbroadcast(g, x, ans):
+    """Sum the cotangent ``g`` of a broadcast result down to ``x``'s shape (batch axes kept)."""
+    shape, b = _shape(x), batch_ndim(g, ans)
+    extra = np.ndim(value(g)) - b - len(shape)
+    if extra:
+        g = sum(g, axis=tuple(range(b, b + extra)))
+    gshape = _shape(g)
+    axes = tuple(b + i for i, n in enumerate(shape) if n == 1 and gshape[b + i] != 1)
+    return sum(g, axis=axes, keepdims=True) if axes else g
+
+
+def _axes(axis, ndim):
+    """Normalise an ``axis`` argument to a sorted tuple of non-negative axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = axis if isinstance(axis, (tuple, list)) else (axis,)
+    return tuple(sorted(int(a) % ndim if ndim else 0 for a in axes))
+
+
+def _restore_reduced(g, ans, x, axis, keepdims):
+    """Give a reduction's cotangent back its reduced axes (size 1), then broadcast to ``x``."""
+    b, ndim = batch_ndim(g, ans), np.ndim(value(x))
+    if not keepdims and ndim:
+        g = reshape(g, _shape(g)[:b] + tuple(1 if i in _axes(axis, ndim) else n for i, n in enumerate(_shape(x))))
+    return broadcast_to(g, _shape(g)[:b] + _shape(x))
+
+
+def _with_batch(g, ans, index):
+    """Prefix an index with full slices over the cotangent's batch axes."""
+    return (slice(None),) * batch_ndim(g, ans) + index
+
+
+def _swap_last(x):
+    return swapaxes(x, -1, -2)
+
+
+def _is_float(x):
+    return np.asarray(value(x)).dtype.kind in "fc"
+
+
+# -- arithmetic ---------------------------------------------------------------------
+
+add = primitive(np.add, lambda g, ans, x, y: unbroadcast(g, x, ans), lambda g, ans, x, y: unbroadcast(g, y, ans))
+subtract = primitive(np.subtract, lambda g, ans, x, y: unbroadcast(g, x, ans),
+                     lambda g, ans, x, y: unbroadcast(negative(g), y, ans))
+multiply = primitive(np.multiply, lambda g, ans, x, y: unbroadcast(g * y, x, ans),
+                     lambda g, ans, x, y: unbroadcast(g * x, y, ans))
+divide = primitive(np.divide, lambda g, ans, x, y: unbroadcast(g / y, x, ans),
+                   lambda g, ans, x, y: unbroadcast(negative(g) * ans / y, y, ans))
+power = primitive(np.power, lambda g, ans, x, y: unbroadcast(g * y * x ** where(y != 0, y - 1, 0.0), x, ans),
+                  lambda g, ans, x, y: unbroadcast(g * ans * log(where(x > 0, x, 1.0)), y, ans))
+negative = primitive(np.negative, lambda g, ans, x: negative(g))
+positive = primitive(np.positive, lambda g, ans, x: g)
+reciprocal = primitive(np.reciprocal, lambda g, ans, x: negative(g) * ans * ans)
+maximum = primitive(np.maximum, lambda g, ans, x, y: unbroadcast(where(x >= y, g, 0.0), x, ans),
+                    lambda g, ans, x, y: unbroadcast(where(x < y, g, 0.0), y, ans))
+minimum = primitive(np.minimum, lambda g, ans, x, y: unbroadcast(where(x <= y, g, 0.0), x, ans),
+                    lambda g, ans, x, y: unbroadcast(where(x > y, g, 0.0), y, ans))
+mod = primitive(np.mod, lambda g, ans, x, y: unbroadcast(g, x, ans),
+                lambda g, ans, x, y: unbroadcast(negative(g) * floor_divide(x, y), y, ans))
+arctan2 = primitive(np.arctan2, lambda g, ans, y, x: unbroadcast(g * x / (x * x + y * y), y, ans),
+                    lambda g, ans, y, x: unbroadcast(negative(g) * y / (x * x + y * y), x, ans))
+hypot = primitive(np.hypot, lambda g, ans, x, y: unbroadcast(g * x / ans, x, ans),
+                  lambda g, ans, x, y: unbroadcast(g * y / ans, y, ans))
+logaddexp = primitive(np.logaddexp, lambda g, ans, x, y: unbroadcast(g * exp(x - ans), x, ans),
+                      lambda g, ans, x, y: unbroadcast(g * exp(y - ans), y, ans))
+
+# -- elementwise functions -------------------------------------------------------------
+
+exp = primitive(np.exp, lambda g, ans, x: g * ans)
+exp2 = primitive(np.exp2, lambda g, ans, x: g * ans * np.log(2.0))
+expm1 = primitive(np.expm1, lambda g, ans, x: g * (ans + 1.0))
+log = primitive(np.log, lambda g, ans, x: g / x)
+log2 = primitive(np.log2, lambda g, ans, x: g / (x * np.log(2.0)))
+log10 = primitive(np.log10, lambda g, ans, x: g / (x * np.log(10.0)))
+log1p = primitive(np.log1p, lambda g, ans, x: g / (x + 1.0))
+sqrt = primitive(np.sqrt, lambda g, ans, x: g * 0.5 / ans)
+cbrt = primitive(np.cbrt, lambda g, ans, x: g / (3.0 * ans * ans))
+square = primitive(np.square, lambda g, ans, x: g * 2.0 * x)
+abs = primitive(np.absolute, lambda g, ans, x: g * sign(x), name="abs")
+fabs = primitive(np.fabs, lambda g, ans, x: g * sign(x))
+sin = primitive(np.sin, lambda g, ans, x: g * cos(x))
+cos = primitive(np.cos, lambda g, ans, x: negative(g) * sin(x))
+tan = primitive(np.tan, lambda g, ans, x: g * (1.0 + ans * ans))
+arcsin = primitive(np.arcsin, lambda g, ans, x: g / sqrt(1.0 - x * x))
+arccos = primitive(np.arccos, lambda g, ans, x: negative(g) / sqrt(1.0 - x * x))
+arctan = primitive(np.arctan, lambda g, ans, x: g / (1.0 + x * x))
+sinh = primitive(np.sinh, lambda g, ans, x: g * cosh(x))
+cosh = primitive(np.cosh, lambda g, ans, x: g * sinh(x))
+tanh = primitive(np.tanh, lambda g, ans, x: g * (1.0 - ans * ans))
+arcsinh = primitive(np.arcsinh, lambda g, ans, x: g / sqrt(x * x + 1.0))
+arccosh = primitive(np.arccosh, lambda g, ans, x: g / sqrt(x * x - 1.0))
+arctanh = primitive(np.arctanh, lambda g, ans, x: g / (1.0 - x * x))
+where = primitive(lambda c, x, y: np.where(c, x, y), None,
+                  lambda g, ans, c, x, y: unbroadcast(where(c, g, 0.0), x, ans),
+                  lambda g, ans, c, x, y: unbroadcast(where(c, 0.0, g), y, ans), name="where")
+clip = primitive(lambda x, lo, hi: np.clip(x, lo, hi),
+                 lambda g, ans, x, lo, hi: unbroadcast(where(logical_and(x >= lo, x <= hi), g, 0.0), x, ans),
+                 name="clip")
+cast = primitive(lambda x, dtype: np.asarray(x).astype(dtype),
+                 lambda g, ans, x, dtype: cast(g, np.asarray(value(x)).dtype) if _is_float(x) else None, name="cast")
+
+# -- results that carry no gradient ------------------------------------------------------
+
+sign = nondifferentiable(np.sign)
+floor = nondifferentiable(np.floor)
+ceil = nondifferentiable(np.ceil)
+rint = nondifferentiable(np.rint)
+trunc = nondifferentiable(np.trunc)
+floor_divide = nondifferentiable(np.floor_divide)
+less = nondifferentiable(np.less)
+less_equal = nondifferentiable(np.less_equal)
+greater = nondifferentiable(np.greater)
+greater_equal = nondifferentiable(np.greater_equal)
+equal = nondifferentiable(np.equal)
+not_equal = nondifferentiable(np.not_equal)
+logical_and = nondifferentiable(np.logical_and)
+logical_or = nondifferentiable(np.logical_or)
+logical_not = nondifferentiable(np.logical_not)
+logical_xor = nondifferentiable(np.logical_xor)
+isfinite = nondifferentiable(np.isfinite)
+isnan = nondifferentiable(np.isnan)
+isinf = nondifferentiable(np.isinf)
+argmax = nondifferentiable(lambda x, axis=None: np.argmax(x, axis=axis), name="argmax")
+argmin = nondifferentiable(lambda x, axis=None: np.argmin(x, axis=axis), name="argmin")
+round = nondifferentiable(lambda x, decimals=0: np.round(x, decimals), name="round")
+
+# -- reductions ---------------------------------------------------------------------------
+
+
+def _extremum_vjp(g, ans, x, axis=None, keepdims=False):
+    """Share the cotangent equally among the positions that attain the max/min."""
+    at_extremum = equal(x, _restore_reduced(ans, ans, x, axis, keepdims))
+    weights = cast(at_extremum, value(ans).dtype)
+    weights = weights / _restore_reduced(sum(weights, axis=axis, keepdims=keepdims), ans, x, axis, keepdims)
+    return _restore_reduced(g, ans, x, axis, keepdims) * weights
+
+
+def _count(x, axis):
+    return float(np.prod([_shape(x)[a] for a in _axes(axis, np.ndim(value(x)))]))
+
+
+sum = primitive(lambda x, axis=None, keepdims=False: np.sum(x, axis=axis, keepdims=keepdims),
+                lambda g, ans, x, axis=None, keepdims=False: _restore_reduced(g, ans, x, axis, keepdims), name="sum")
+mean = primitive(lambda x, axis=None, keepdims=False: np.mean(x, axis=axis, keepdims=keepdims),
+                 lambda g, ans, x, axis=None, keepdims=False: _restore_reduced(g, ans, x, axis, keepdims) / _count(x, axis),
+                 name="mean")
+max = primitive(lambda x, axis=None, keepdims=False: np.max(x, axis=axis, keepdims=keepdims), _extremum_vjp, name="max")
+min = primitive(lambda x, axis=None, keepdims=False: np.min(x, axis=axis, keepdims=keepdims), _extremum_vjp, name="min")
+prod = primitive(lambda x, axis=None, keepdims=False: np.prod(x, axis=axis, keepdims=keepdims),
+                 lambda g, ans, x, axis=None, keepdims=False:
+                 _restore_reduced(g * ans, ans, x, axis, keepdims) / x, name="prod")
+
+# -- linear algebra ----------------------------------------------------------------------------
+
+
+def _matmul_vjp_x(g, ans, x, y):
+    if np.ndim(value(y)) == 1:
+        return unbroadcast(expand_dims(g, -1) * y, x, ans)
+    if np.ndim(value(x)) == 1:
+        return unbroadcast(sum(expand_dims(g, -2) * y, axis=-1), x, ans)
+    return unbroadcast(matmul(g, _swap_last(y)), x, ans)
+
+
+def _matmul_vjp_y(g, ans, x, y):
+    if np.ndim(value(x)) == 1 and np.ndim(value(y)) == 1:
+        return unbroadcast(expand_dims(g, -1) * x, y, ans)
+    if np.ndim(value(x)) == 1:
+        return unbroadcast(expand_dims(x, -1) * expand_dims(g, -2), y, ans)
+    if np.ndim(value(y)) == 1:
+        return unbroadcast(sum(expand_dims(g, -1) * x, axis=-2), y, ans)
+    return unbroadcast(matmul(_swap_last(x), g), y, ans)
+
+
+matmul = primitive(np.matmul, _matmul_vjp_x, _matmul_vjp_y)
+
+
+def _einsum_vjp(i):
+    """The cotangent of operand ``i`` of an einsum: another einsum with ``g`` in its place."""
+    def rule(g, ans, *operands, subscripts):
+        ins, out = _parse_einsum(subscripts, [np.ndim(value(o)) for o in operands])
+        b = batch_ndim(g, ans)
+        batch = "".join([c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in subscripts][:b])
+        if len(set(ins[i])) != len(ins[i]):
+            raise NotImplementedError(f"srcad: no gradient for einsum '{subscripts}': operand {i} repeats an index")
+        others = [o for k, o in enumerate(operands) if k != i]
+        present = set(out).union(*[ins[k] for k in range(len(operands)) if k != i])
+        kept = "".join(c for c in ins[i] if c in present)
+        spec = ",".join([batch + out] + [ins[k] for k in range(len(operands)) if k != i]) + "->" + batch + kept
+        grad = einsum(g, *others, subscripts=spec)
+        if kept != ins[i]:  # indices only this operand has: the result is constant along them
+            shape = _shape(operands[i])
+            grad = reshape(grad, _shape(grad)[:b] + tuple(n if c in present else 1 for c, n in zip(ins[i], shape)))
+            grad = broadcast_to(grad, _shape(grad)[:b] + shape)
+        return grad
+    return rule
+
+
+def _parse_einsum(subscripts, ndims):
+    spec = subscripts.replace(" ", "")
+    if "." in spec:
+        raise NotImplementedError(f"srcad: einsum with '...' is not supported ('{subscripts}'); name every axis")
+    ins, _, out = spec.partition("->")
+    ins = ins.split(",")
+    if not _:
+        letters = "".join(ins)
+        out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    return ins, out
+
+
+einsum = primitive(lambda *ops, subscripts: np.einsum(subscripts, *ops), name="einsum")
+
+
+def _linalg_inv_vjp(g, ans, x):
+    return negative(matmul(matmul(_swap_last(ans), g), _swap_last(ans)))
+
+
+def _linalg_det_vjp(g, ans, x):
+    return expand_dims(expand_dims(g * ans, -1), -1) * _swap_last(linalg_inv(x))
+
+
+def _solve(a, b):
+    return np.linalg.solve(a, b[..., None])[..., 0] if np.ndim(b) == 1 else np.linalg.solve(a, b)
+
+
+def _linalg_solve_vjp_a(g, ans, a, b):
+    gb = _linalg_solve_vjp_b(g, ans, a, b)
+    if np.ndim(value(b)) == 1:
+        return negative(expand_dims(gb, -1) * ans)
+    return negative(matmul(gb, _swap_last(ans)))
+
+
+def _linalg_solve_vjp_b(g, ans, a, b):
+    if np.ndim(value(b)) == 1:
+        return sum(expand_dims(g, -2) * linalg_inv(_swap_last(a)), axis=-1)
+    return linalg_solve(_swap_last(a), g)
+
+
+def _norm(x, axis=None, keepdims=False):
+    return np.sqrt(np.sum(np.square(x), axis=axis, keepdims=keepdims))
+
+
+linalg_inv = primitive(np.linalg.inv, _linalg_inv_vjp, name="linalg.inv")
+linalg_det = primitive(np.linalg.det, _linalg_det_vjp, name="linalg.det")
+linalg_solve = primitive(_solve, _linalg_solve_vjp_a, _linalg_solve_vjp_b, name="linalg.solve")
+linalg_norm = primitive(_norm, lambda g, ans, x, axis=None, keepdims=False:
+                        _restore_reduced(g / where(ans > 0, ans, 1.0), ans, x, axis, keepdims) * x, name="linalg.norm")
+
+# -- shapes and indexing ----------------------------------------------------------------------------
+
+
+def _lead(g, ans):
+    return _shape(g)[:batch_ndim(g, ans)]
+
+
+def _inverse_permutation(axes, ndim):
+    axes = tuple(range(ndim))[::-1] if axes is None else tuple(a % ndim for a in axes)
+    return tuple(np.argsort(axes))
+
+
+def _scatter(g, index, shape):
+    out = np.zeros(shape, dtype=np.asarray(g).dtype)
+    np.add.at(out, index, g)
+    return out
+
+
+reshape = primitive(lambda x, shape: np.reshape(x, shape),
+                    lambda g, ans, x, shape: reshape(g, _lead(g, ans) + _shape(x)), name="reshape")
+transpose = primitive(lambda x, axes=None: np.transpose(x, axes),
+                      lambda g, ans, x, axes=None: transpose(
+                          g, tuple(range(batch_ndim(g, ans))) + tuple(
+                              batch_ndim(g, ans) + a for a in _inverse_permutation(axes, np.ndim(value(x))))),
+                      name="transpose")
+swapaxes = primitive(lambda x, a1, a2: np.swapaxes(x, a1, a2),
+                     lambda g, ans, x, a1, a2: swapaxes(g, a1 % np.ndim(value(x)) + batch_ndim(g, ans),
+                                                        a2 % np.ndim(value(x)) + batch_ndim(g, ans)),
+                     name="swapaxes")
+expand_dims = primitive(lambda x, axis: np.expand_dims(x, axis),
+                        lambda g, ans, x, axis: reshape(g, _lead(g, ans) + _shape(x)), name="expand_dims")
+squeeze = primitive(lambda x, axis=None: np.squeeze(x, axis),
+                    lambda g, ans, x, axis=None: reshape(g, _lead(g, ans) + _shape(x)), name="squeeze")
+broadcast_to = primitive(lambda x, shape: np.broadcast_to(x, shape),
+                         lambda g, ans, x, shape: unbroadcast(g, x, ans), name="broadcast_to")
+getitem = primitive(lambda x, index: x[index],
+                    lambda g, ans, x, index: scatter_add(g, index=_with_batch(g, ans, index),
+                                                         shape=_lead(g, ans) + _shape(x)), name="getitem")
+scatter_add = primitive(_scatter, lambda g, ans, x, index, shape: getitem(g, index=_with_batch(g, ans, index)),
+                        name="scatter_add")
+
+
+def _concat_vjp(i):
+    def rule(g, ans, *xs, axis):
+        start = builtins.sum(_shape(x)[axis % np.ndim(value(ans))] for x in xs[:i])
+        size = _shape(xs[i])[axis % np.ndim(value(ans))]
+        index = (slice(None),) * (axis % np.ndim(value(ans))) + (slice(start, start + size),)
+        return getitem(g, index=_with_batch(g, ans, index))
+    return rule
+
+
+def _stack_vjp(i):
+    def rule(g, ans, *xs, axis):
+        return getitem(g, index=_with_batch(g, ans, (slice(None),) * (axis % np.ndim(value(ans))) + (i,)))
+    return rule
+
+
+class _PerOperand:
+    """Rules for functions of any number of operands (concatenate, stack)."""
+
+    def __init__(self, make_rule):
+        self.make_rule = make_rule
+
+    def __getitem__(self, i):
+        return self.make_rule(i)
+
+    def __len__(self):
+        return 1 << 30
+
+
+concatenate = primitive(lambda *xs, axis=0: np.concatenate(xs, axis=axis), name="concatenate")
+concatenate.vjps = _PerOperand(_concat_vjp)
+stack = primitive(lambda *xs, axis=0: np.stack(xs, axis=axis), name="stack")
+stack.vjps = _PerOperand(_stack_vjp)
+einsum.vjps = _PerOperand(_einsum_vjp)
+
+
+def _pad(x, pad_width, constant_values=0.0):
+    return np.pad(x, pad_width, mode="constant", constant_values=constant_values)
+
+
+def _pad_vjp(g, ans, x, pad_width, constant_values=0.0):
+    widths = np.broadcast_to(np.asarray(pad_width, dtype=int), (np.ndim(value(x)), 2))
+    index = tuple(slice(int(lo), int(lo) + n) for (lo, _), n in zip(widths, _shape(x)))
+    return getitem(g, index=_with_batch(g, ans, index))
+
+
+pad_constant = primitive(_pad, _pad_vjp, name="pad")

@@ -1,0 +1,378 @@
+"""GradientTape: records operations per thread and runs the backward sweep.
+
+Every recording tape sits on a per-thread stack.  An operation is recorded on a
+tape when one of its inputs is *tracked* by that tape (watched, or produced by
+an operation the tape recorded) and has a differentiable dtype.  Recording
+appends one ``Node`` shared by all tapes that record it.  ``gradient`` walks a
+tape's nodes backwards, calling each node's VJP; the VJPs are srcad operations
+themselves, so tapes that are still recording record the backward pass too,
+which is how higher-order derivatives work.
+"""
+
+import contextlib
+import enum
+import logging
+import threading
+
+import numpy as np
+
+from .tensor import Tensor, Variable, _VariableRead
+
+__all__ = ["GradientTape", "UnconnectedGradients"]
+
+_log = logging.getLogger("srcad")
+_DIFFERENTIABLE_KINDS = frozenset("fc")
+
+
+class UnconnectedGradients(enum.Enum):
+    """What ``gradient`` returns for a source the target does not depend on."""
+
+    NONE = "none"
+    ZERO = "zero"
+
+
+class _ThreadTapes(threading.local):
+    def __init__(self):
+        self.tapes = []
+
+
+_thread = _ThreadTapes()
+
+
+def recording_tapes():
+    """The tapes recording on this thread (innermost last); empty means eager."""
+    return _thread.tapes
+
+
+class Node:
+    """One recorded operation: ``op.vjp(node, output_grads, needed)`` gives input grads."""
+
+    __slots__ = ("op", "inputs", "outputs", "attrs")
+
+    def __init__(self, op, inputs, outputs, attrs):
+        self.op = op
+        self.inputs = inputs
+        self.outputs = outputs
+        self.attrs = attrs
+
+
+def record(op, inputs, outputs, attrs):
+    """Put an operation on every recording tape that tracks one of its inputs.
+
+    ``inputs`` may hold Variables; they are replaced by their read tensors, and
+    the tapes that watch (or auto-watch) the variable start tracking the read.
+    Returns the inputs as recorded (reads in place of variables).
+    """
+    tapes = _thread.tapes
+    if any(type(x) is Variable for x in inputs):
+        inputs = tuple(_read_variable(x, tapes) if type(x) is Variable else x for x in inputs)
+    node = None
+    for tape in tapes:
+        tracked = tape._tracked
+        for x in inputs:
+            if id(x) in tracked and x._value.dtype.kind in _DIFFERENTIABLE_KINDS:
+                break
+        else:
+            continue
+        if node is None:
+            node = Node(op, inputs, outputs, attrs)
+        tape._nodes.append(node)
+        for out in outputs:
+            tracked[id(out)] = out
+    return inputs
+
+
+def _read_variable(variable, tapes):
+    read = variable.read_value()
+    for tape in tapes:
+        if id(variable) in tape._watched_variables or (tape._watch_accessed_variables and variable.trainable):
+            tape._track_variable(variable, read)
+    return read
+
+
+def _flatten(structure):
+    """Leaves of a nest of lists, tuples and dicts (dict values in key order)."""
+    if isinstance(structure, (list, tuple)):
+        return [leaf for item in structure for leaf in _flatten(item)]
+    if isinstance(structure, dict):
+        return [leaf for key in sorted(structure) for leaf in _flatten(structure[key])]
+    return [structure]
+
+
+def _pack_like(structure, leaves):
+    """Rebuild ``structure`` with ``leaves`` (an iterator) in place of its leaves."""
+    if isinstance(structure, (list, tuple)):
+        items = [_pack_like(item, leaves) for item in structure]
+        return type(structure)(*items) if hasattr(structure, "_fields") else type(structure)(items)
+    if isinstance(structure, dict):
+        return {key: _pack_like(structure[key], leaves) for key in sorted(structure)}
+    return next(leaves)
+
+
+def pack_like(structure, flat):
+    return _pack_like(structure, iter(flat))
+
+
+def flatten(structure):
+    return _flatten(structure)
+
+
+def parse_unconnected(value):
+    try:
+        return UnconnectedGradients(value.value if isinstance(value, UnconnectedGradients) else value)
+    except ValueError:
+        raise ValueError(f"Unknown value for unconnected_gradients: {value!r}") from None
+
+
+class GradientTape:
+    """Records operations for reverse-mode differentiation (as ``tf.GradientTape``)."""
+
+    def __init__(self, persistent=False, watch_accessed_variables=True):
+        self._persistent = bool(persistent)
+        self._watch_accessed_variables = bool(watch_accessed_variables)
+        self._recording = False
+        self._created = False   # a tape exists once the first __enter__ made one
+        self._consumed = False
+        self._warned_inside = False
+        self._clear()
+
+    def _clear(self):
+        self._nodes = []
+        self._tracked = {}            # id -> tensor, for every tensor this tape follows
+        self._watched_variables = {}  # id -> Variable
+        self._reads = {}              # id(variable) -> [read tensors tracked here]
+
+    # -- context ---------------------------------------------------------------
+    def __enter__(self):
+        if self._recording:
+            raise ValueError("Tape is still recording, This can happen if you try to re-enter an already-active tape.")
+        if not self._created or self._consumed:
+            self._clear()
+            self._created, self._consumed = True, False
+        self._push()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if self._recording:
+            self._pop()
+        return False
+
+    def _push(self):
+        _thread.tapes.append(self)
+        self._recording = True
+
+    def _pop(self):
+        tapes = _thread.tapes
+        for i in range(len(tapes) - 1, -1, -1):
+            if tapes[i] is self:
+                del tapes[i]
+                break
+        self._recording = False
+
+    # -- watching ----------------------------------------------------------------
+    def watch(self, tensor):
+        """Track a Tensor, a Variable or a nest of them."""
+        for x in _flatten(tensor):
+            if not isinstance(x, Tensor):
+                raise ValueError(
+                    f"Passed in object {x!r} of type '{type(x).__name__}', not ad.Tensor or ad.Variable.")
+            if x.dtype.kind not in _DIFFERENTIABLE_KINDS:
+                _log.warning("The dtype of the watched tensor must be floating (e.g. float32), got %s", x.dtype)
+            if not self._created:
+                self._clear()
+                self._created = True
+            if isinstance(x, Variable):
+                self._watched_variables[id(x)] = x
+                self._tracked[id(x)] = x
+                if x._read is not None:
+                    self._track_variable(x, x._read)
+            else:
+                self._tracked[id(x)] = x
+
+    def _track_variable(self, variable, read):
+        self._watched_variables[id(variable)] = variable
+        if id(read) not in self._tracked:
+            self._tracked[id(read)] = read
+            self._reads.setdefault(id(variable), []).append(read)
+
+    def watched_variables(self):
+        """Variables this tape watches, in the order they were created."""
+        return tuple(sorted(self._watched_variables.values(), key=lambda v: v._order))
+
+    # -- recording control -----------------------------------------------------------
+    @contextlib.contextmanager
+    def stop_recording(self):
+        """Suspend recording on this tape (other tapes keep recording)."""
+        if not self._recording:
+            if self._created and not self._consumed:
+                raise ValueError("Tape is not recording.")
+            raise RuntimeError("Trying to stop recording a tape which is not recording.")
+        self._pop()
+        try:
+            yield
+        finally:
+            self._push()
+
+    def reset(self):
+        """Discard everything recorded so far and keep recording on a fresh tape."""
+        if not self._recording:
+            raise ValueError("Tape is not recording.")
+        self._pop()
+        self._clear()
+        self._push()
+
+    # -- gradients -----------------------------------------------------------------
+    def _check_usable(self):
+        if not self._created or self._consumed:
+            raise RuntimeError(
+                "A non-persistent GradientTape can only be used to compute one set of gradients (or jacobians)")
+
+    def _begin_gradient(self):
+        """The common prologue of gradient/jacobian: usability, and leaving our own context."""
+        self._check_usable()
+        if self._recording:
+            if not self._persistent:
+                self._pop()
+            elif not self._warned_inside:
+                self._warned_inside = True
+                _log.warning(
+                    "Calling GradientTape.gradient on a persistent tape inside its context is significantly less "
+                    "efficient than calling it outside the context (it causes the gradient ops to be recorded on "
+                    "the tape, leading to increased CPU and memory usage). Only call GradientTape.gradient inside "
+                    "the context if you actually want to trace the gradient in order to compute higher order "
+                    "derivatives.")
+
+    def _end_gradient(self):
+        if not self._persistent:
+            self._consumed = True
+            self._nodes = []
+            self._tracked = {}
+
+    def gradient(self, target, sources, output_gradients=None, unconnected_gradients=UnconnectedGradients.NONE):
+        """Gradients of the sum of ``target`` with respect to each of ``sources``."""
+        unconnected = parse_unconnected(unconnected_gradients)
+        self._begin_gradient()
+        if target is None:
+            raise TypeError("Argument `target` should be a list or nested structure of Tensors, Variables or "
+                            "CompositeTensors to be differentiated, but received None.")
+        targets = [_as_target(t) for t in _flatten(target)]
+        flat_sources = _flatten(sources)
+        for s in flat_sources:
+            if not isinstance(s, Tensor):
+                raise ValueError(f"Argument `sources` must hold Tensors or Variables; got {s!r} of type '{type(s).__name__}'.")
+        seeds = _seed_gradients(targets, output_gradients)
+        try:
+            grads = self._backprop(targets, seeds, flat_sources)
+        finally:
+            self._end_gradient()
+        result = [g if g is not None or unconnected is UnconnectedGradients.NONE else _zeros_like(s)
+                  for g, s in zip(grads, flat_sources)]
+        return pack_like(sources, result)
+
+    def _backprop(self, targets, seeds, sources):
+        """Run the backward sweep from ``targets`` (with cotangents ``seeds``) to ``sources``.
+
+        Cotangents may carry leading batch axes (jacobians); every VJP rule
+        accepts them.  Returns one gradient (or None) per source.
+        """
+        from .ops import add
+
+        source_keys = [self._source_keys(s) for s in sources]
+        reachable = {k for keys in source_keys for k in keys}
+        nodes = []
+        for node in list(self._nodes):
+            if any(id(x) in reachable for x in node.inputs):
+                nodes.append(node)
+                reachable.update(id(out) for out in node.outputs)
+
+        grads = {}
+
+        def accumulate(key, g):
+            prev = grads.get(key)
+            grads[key] = g if prev is None else add(prev, g)
+
+        for t, seed in zip(targets, seeds):
+            if isinstance(t, Variable):
+                accumulate(id(t), seed)
+            elif id(t) in reachable:
+                accumulate(id(t), seed)
+
+        for node in reversed(nodes):
+            out_grads = [grads.get(id(out)) for out in node.outputs]
+            if all(g is None for g in out_grads):
+                continue
+            needed = [id(x) in reachable for x in node.inputs]
+            in_grads = node.op.vjp(node, out_grads, needed)
+            for x, g, need in zip(node.inputs, in_grads, needed):
+                if need and g is not None:
+                    accumulate(id(x), g)
+
+        result = []
+        for keys in source_keys:
+            parts = [grads[k] for k in keys if k in grads]
+            total = None
+            for p in parts:
+                total = p if total is None else add(total, p)
+            result.append(total)
+        return result
+
+    def _source_keys(self, source):
+        """Tensor ids whose gradients add up to the gradient of ``source``."""
+        if isinstance(source, Variable):
+            return [id(source)] + [id(r) for r in self._reads.get(id(source), ())]
+        if id(source) in self._tracked:
+            return [id(source)]
+        return []
+
+    def jacobian(self, target, sources, unconnected_gradients=UnconnectedGradients.NONE,
+                 parallel_iterations=None, experimental_use_pfor=True):
+        """Full Jacobian of ``target`` with respect to each of ``sources``."""
+        from .jacobians import jacobian
+        return jacobian(self, target, sources, unconnected_gradients, parallel_iterations, experimental_use_pfor)
+
+    def batch_jacobian(self, target, source, unconnected_gradients=UnconnectedGradients.NONE,
+                       parallel_iterations=None, experimental_use_pfor=True):
+        """Per-example Jacobians ``[b, y..., x...]`` of ``target[i]`` with respect to ``source[i]``."""
+        from .jacobians import batch_jacobian
+        return batch_jacobian(self, target, source, unconnected_gradients, parallel_iterations,
+                              experimental_use_pfor)
+
+
+def _as_target(t):
+    if isinstance(t, Tensor):
+        return t
+    if t is None:
+        raise TypeError("Argument `target` should be a list or nested structure of Tensors, Variables or "
+                        "CompositeTensors to be differentiated, but received None.")
+    raise TypeError(f"Argument `target` must hold Tensors or Variables; got {t!r} of type '{type(t).__name__}'.")
+
+
+def _seed_gradients(targets, output_gradients):
+    """One cotangent per target: ones, or the caller's values broadcast to the target's shape."""
+    from .ops import broadcast_to
+    from .tensor import convert_to_tensor
+
+    if output_gradients is None:
+        return [Tensor._wrap(np.ones_like(t._value)) for t in targets]
+    given = _flatten(output_gradients) if isinstance(output_gradients, (list, tuple, dict)) else [output_gradients]
+    if len(given) != len(targets):
+        raise ValueError(f"output_gradients must hold one entry per target: got {len(given)} for {len(targets)} targets.")
+    seeds = []
+    for t, g in zip(targets, given):
+        if g is None:
+            seeds.append(Tensor._wrap(np.ones_like(t._value)))
+            continue
+        g = convert_to_tensor(g)
+        try:
+            shape = np.broadcast_shapes(g.shape, t.shape)
+        except ValueError:
+            shape = None
+        if shape != t.shape:
+            raise ValueError(f"output_gradients entry of shape {g.shape} is incompatible with its target of shape "
+                             f"{t.shape}: expected that shape or one that broadcasts to it.")
+        seeds.append(g if g.shape == t.shape else broadcast_to(g, t.shape))
+    return seeds
+
+
+def _zeros_like(source):
+    return Tensor._wrap(np.zeros_like(source._value))

@@ -1,0 +1,286 @@
+"""Tensor and Variable: NumPy values that the tape can follow.
+
+A Tensor is an immutable wrapper of a NumPy array (or NumPy scalar).  Its
+operators and the NumPy protocols (``__array_ufunc__``, ``__array_function__``)
+route every call through ``srcad.ops``, where differentiable operations are
+recorded on the recording tapes.  A Variable is a Tensor whose value can be
+replaced with ``assign*``; the tape sees a *read* of the variable as a tensor of
+its own, so later assignments never change gradients already recorded.
+"""
+
+import itertools
+
+import numpy as np
+
+__all__ = ["Tensor", "Variable", "constant", "convert_to_tensor"]
+
+
+def _format_value(value):
+    return np.array2string(np.asarray(value), separator=", ", threshold=20) if np.ndim(value) else repr(np.asarray(value).item())
+
+
+class Tensor:
+    """An immutable array value; operations on it are recorded by active tapes."""
+
+    __slots__ = ("_value", "__weakref__")
+    __array_priority__ = 100
+
+    def __init__(self, value, dtype=None):
+        if isinstance(value, Tensor):
+            value = value._value
+        _reject_non_numeric(value)
+        self._value = np.asarray(value, dtype=dtype)
+
+    @classmethod
+    def _wrap(cls, value):
+        """Wrap an op's NumPy result without copying or validating it."""
+        t = object.__new__(Tensor)
+        t._value = value
+        return t
+
+    # -- NumPy-like attributes -------------------------------------------------
+    def numpy(self):
+        """The value as a NumPy array (a NumPy scalar for rank 0)."""
+        v = self._value
+        return v[()] if isinstance(v, np.ndarray) and v.ndim == 0 else v
+
+    @property
+    def shape(self):
+        return np.shape(self._value)
+
+    @property
+    def dtype(self):
+        return self._value.dtype
+
+    @property
+    def ndim(self):
+        return np.ndim(self._value)
+
+    @property
+    def size(self):
+        return np.size(self._value)
+
+    @property
+    def T(self):
+        return _ops.transpose(self)
+
+    def __len__(self):
+        if self.ndim == 0:
+            raise TypeError("len() of a rank-0 Tensor is undefined")
+        return self.shape[0]
+
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("iteration over a rank-0 Tensor")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __array__(self, dtype=None, copy=None):
+        value = np.asarray(self._value)
+        return value.astype(dtype) if dtype is not None else value
+
+    def __float__(self):
+        return float(self._value)
+
+    def __int__(self):
+        return int(self._value)
+
+    def __index__(self):
+        return int(self._value)
+
+    def __bool__(self):
+        return bool(self._value)
+
+    def __hash__(self):
+        return id(self)
+
+    def __repr__(self):
+        return f"<ad.Tensor: shape={self.shape}, dtype={self.dtype}, numpy={_format_value(self._value)}>"
+
+    def __str__(self):
+        return f"ad.Tensor({_format_value(self._value)}, shape={self.shape}, dtype={self.dtype})"
+
+    # -- methods ---------------------------------------------------------------
+    def reshape(self, *shape):
+        return _ops.reshape(self, shape[0] if len(shape) == 1 else shape)
+
+    def transpose(self, *axes):
+        return _ops.transpose(self, axes[0] if len(axes) == 1 else (axes or None))
+
+    def sum(self, axis=None, keepdims=False):
+        return _ops.sum(self, axis=axis, keepdims=keepdims)
+
+    def mean(self, axis=None, keepdims=False):
+        return _ops.mean(self, axis=axis, keepdims=keepdims)
+
+    def max(self, axis=None, keepdims=False):
+        return _ops.max(self, axis=axis, keepdims=keepdims)
+
+    def min(self, axis=None, keepdims=False):
+        return _ops.min(self, axis=axis, keepdims=keepdims)
+
+    def astype(self, dtype):
+        return _ops.cast(self, dtype)
+
+    def __getitem__(self, index):
+        return _ops.getitem(self, index)
+
+    def __setitem__(self, index, value):
+        raise TypeError("Tensor is immutable: build a new one (np.where, ad.concat) or use a Variable's assign")
+
+    # -- operators ---------------------------------------------------------------
+    def __add__(self, other):
+        return _ops.add(self, other)
+
+    def __radd__(self, other):
+        return _ops.add(other, self)
+
+    def __sub__(self, other):
+        return _ops.subtract(self, other)
+
+    def __rsub__(self, other):
+        return _ops.subtract(other, self)
+
+    def __mul__(self, other):
+        return _ops.multiply(self, other)
+
+    def __rmul__(self, other):
+        return _ops.multiply(other, self)
+
+    def __truediv__(self, other):
+        return _ops.divide(self, other)
+
+    def __rtruediv__(self, other):
+        return _ops.divide(other, self)
+
+    def __floordiv__(self, other):
+        return _ops.floor_divide(self, other)
+
+    def __rfloordiv__(self, other):
+        return _ops.floor_divide(other, self)
+
+    def __mod__(self, other):
+        return _ops.mod(self, other)
+
+    def __rmod__(self, other):
+        return _ops.mod(other, self)
+
+    def __pow__(self, other):
+        return _ops.power(self, other)
+
+    def __rpow__(self, other):
+        return _ops.power(other, self)
+
+    def __matmul__(self, other):
+        return _ops.matmul(self, other)
+
+    def __rmatmul__(self, other):
+        return _ops.matmul(other, self)
+
+    def __neg__(self):
+        return _ops.negative(self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return _ops.abs(self)
+
+    def __lt__(self, other):
+        return _ops.less(self, other)
+
+    def __le__(self, other):
+        return _ops.less_equal(self, other)
+
+    def __gt__(self, other):
+        return _ops.greater(self, other)
+
+    def __ge__(self, other):
+        return _ops.greater_equal(self, other)
+
+    def __eq__(self, other):
+        return _ops.equal(self, other)
+
+    def __ne__(self, other):
+        return _ops.not_equal(self, other)
+
+    # -- NumPy protocols -----------------------------------------------------------
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return _ops.dispatch_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return _ops.dispatch_function(func, args, kwargs)
+
+
+_variable_ids = itertools.count()
+
+
+class Variable(Tensor):
+    """A mutable, named tensor; trainable ones are watched when a tape reads them."""
+
+    __slots__ = ("trainable", "name", "_read", "_order")
+
+    def __init__(self, initial_value, trainable=True, name=None, dtype=None):
+        super().__init__(initial_value, dtype=dtype)
+        self._value = np.array(self._value)  # own the buffer: the caller's array may change
+        self.trainable = bool(trainable)
+        self.name = name if name is not None else "Variable"
+        self._read = None
+        self._order = next(_variable_ids)
+
+    def read_value(self):
+        """The tensor that stands for the current value in recorded operations."""
+        read = self._read
+        if read is None:
+            read = self._read = _VariableRead(self)
+        return read
+
+    def assign(self, value):
+        """Replace the value (not differentiable): later reads see the new value."""
+        new = np.asarray(value._value if isinstance(value, Tensor) else value, dtype=self.dtype)
+        if new.shape != self.shape:
+            raise ValueError(f"Cannot assign a value of shape {new.shape} to variable '{self.name}' of shape {self.shape}")
+        self._value = np.array(new)
+        self._read = None
+        return self
+
+    def assign_add(self, delta):
+        return self.assign(self._value + np.asarray(delta._value if isinstance(delta, Tensor) else delta))
+
+    def assign_sub(self, delta):
+        return self.assign(self._value - np.asarray(delta._value if isinstance(delta, Tensor) else delta))
+
+    def __hash__(self):
+        return id(self)
+
+    def __repr__(self):
+        return f"<ad.Variable '{self.name}' shape={self.shape} dtype={self.dtype}, numpy={_format_value(self._value)}>"
+
+
+class _VariableRead(Tensor):
+    """The value of a Variable between two assignments, as the tape sees it."""
+
+    __slots__ = ("variable",)
+
+    def __init__(self, variable):
+        self._value = variable._value
+        self.variable = variable
+
+
+def _reject_non_numeric(value):
+    if value is None or isinstance(value, (str, bytes)):
+        raise TypeError(f"Cannot convert {value!r} of type {type(value).__name__} to a Tensor: expected a number, a NumPy array or a nested list of numbers")
+
+
+def constant(value, dtype=None):
+    """A Tensor holding a copy-free NumPy view of ``value`` (float64 by default for floats)."""
+    return Tensor(value, dtype=dtype)
+
+
+def convert_to_tensor(value, dtype=None):
+    """Return ``value`` if it is already a Tensor of the requested dtype, else wrap it."""
+    if isinstance(value, Tensor) and (dtype is None or value.dtype == np.dtype(dtype)):
+        return value
+    return Tensor(value, dtype=dtype)
+
+
+from . import ops as _ops  # noqa: E402  (operators need the op table; it needs Tensor)
