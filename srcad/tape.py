@@ -64,8 +64,10 @@ def record(op, inputs, outputs, attrs):
     Returns the inputs as recorded (reads in place of variables).
     """
     tapes = _thread.tapes
-    if any(type(x) is Variable for x in inputs):
-        inputs = tuple(_read_variable(x, tapes) if type(x) is Variable else x for x in inputs)
+    for x in inputs:
+        if type(x) is Variable:
+            inputs = tuple(_read_variable(x, tapes) if type(x) is Variable else x for x in inputs)
+            break
     node = None
     for tape in tapes:
         tracked = tape._tracked
@@ -83,15 +85,18 @@ def record(op, inputs, outputs, attrs):
 
 
 def _read_variable(variable, tapes):
-    read = variable.read_value()
+    read = variable._read or variable.read_value()
     for tape in tapes:
-        if id(variable) in tape._watched_variables or (tape._watch_accessed_variables and variable.trainable):
+        if id(read) not in tape._tracked and (
+                id(variable) in tape._watched_variables or (tape._watch_accessed_variables and variable.trainable)):
             tape._track_variable(variable, read)
     return read
 
 
 def _flatten(structure):
     """Leaves of a nest of lists, tuples and dicts (dict values in key order)."""
+    if isinstance(structure, Tensor):
+        return [structure]
     if isinstance(structure, (list, tuple)):
         return [leaf for item in structure for leaf in _flatten(item)]
     if isinstance(structure, dict):
@@ -110,6 +115,8 @@ def _pack_like(structure, leaves):
 
 
 def pack_like(structure, flat):
+    if isinstance(structure, Tensor):
+        return flat[0]
     return _pack_like(structure, iter(flat))
 
 
@@ -118,6 +125,8 @@ def flatten(structure):
 
 
 def parse_unconnected(value):
+    if isinstance(value, UnconnectedGradients):
+        return value
     try:
         return UnconnectedGradients(value.value if isinstance(value, UnconnectedGradients) else value)
     except ValueError:
@@ -273,47 +282,50 @@ class GradientTape:
         """Run the backward sweep from ``targets`` (with cotangents ``seeds``) to ``sources``.
 
         Cotangents may carry leading batch axes (jacobians); every VJP rule
-        accepts them.  Returns one gradient (or None) per source.
+        accepts them.  Returns one gradient (or None) per source.  When no tape
+        records the sweep, primitives' rules run on plain NumPy values; other
+        ops (custom gradients, compiled segments) always receive Tensors.
         """
-        from .ops import add
+        from .ops.registry import Primitive
 
         source_keys = [self._source_keys(s) for s in sources]
         reachable = {k for keys in source_keys for k in keys}
         nodes = []
-        for node in list(self._nodes):
-            if any(id(x) in reachable for x in node.inputs):
-                nodes.append(node)
-                reachable.update(id(out) for out in node.outputs)
+        for node in self._nodes[:]:
+            for x in node.inputs:
+                if id(x) in reachable:
+                    nodes.append(node)
+                    reachable.update([id(out) for out in node.outputs])
+                    break
 
         grads = {}
-
-        def accumulate(key, g):
-            prev = grads.get(key)
-            grads[key] = g if prev is None else add(prev, g)
-
         for t, seed in zip(targets, seeds):
-            if isinstance(t, Variable):
-                accumulate(id(t), seed)
-            elif id(t) in reachable:
-                accumulate(id(t), seed)
+            key = id(t)
+            if key in reachable or isinstance(t, Variable):
+                prev = grads.get(key)
+                grads[key] = seed if prev is None else prev + seed
 
         for node in reversed(nodes):
             out_grads = [grads.get(id(out)) for out in node.outputs]
             if all(g is None for g in out_grads):
                 continue
+            if type(node.op) is not Primitive:
+                out_grads = [g if g is None or isinstance(g, Tensor) else Tensor._wrap(g) for g in out_grads]
             needed = [id(x) in reachable for x in node.inputs]
-            in_grads = node.op.vjp(node, out_grads, needed)
-            for x, g, need in zip(node.inputs, in_grads, needed):
+            for x, g, need in zip(node.inputs, node.op.vjp(node, out_grads, needed), needed):
                 if need and g is not None:
-                    accumulate(id(x), g)
+                    key = id(x)
+                    prev = grads.get(key)
+                    grads[key] = g if prev is None else prev + g
 
         result = []
         for keys in source_keys:
-            parts = [grads[k] for k in keys if k in grads]
             total = None
-            for p in parts:
-                total = p if total is None else add(total, p)
-            result.append(total)
+            for k in keys:
+                g = grads.get(k)
+                if g is not None:
+                    total = g if total is None else total + g
+            result.append(total if total is None or isinstance(total, Tensor) else Tensor._wrap(np.asarray(total)))
         return result
 
     def _source_keys(self, source):
@@ -353,14 +365,14 @@ def _seed_gradients(targets, output_gradients):
     from .tensor import convert_to_tensor
 
     if output_gradients is None:
-        return [Tensor._wrap(np.ones_like(t._value)) for t in targets]
+        return [_ones_like(t) for t in targets]
     given = _flatten(output_gradients) if isinstance(output_gradients, (list, tuple, dict)) else [output_gradients]
     if len(given) != len(targets):
         raise ValueError(f"output_gradients must hold one entry per target: got {len(given)} for {len(targets)} targets.")
     seeds = []
     for t, g in zip(targets, given):
         if g is None:
-            seeds.append(Tensor._wrap(np.ones_like(t._value)))
+            seeds.append(_ones_like(t))
             continue
         g = convert_to_tensor(g)
         try:
@@ -372,6 +384,11 @@ def _seed_gradients(targets, output_gradients):
                              f"{t.shape}: expected that shape or one that broadcasts to it.")
         seeds.append(g if g.shape == t.shape else broadcast_to(g, t.shape))
     return seeds
+
+
+def _ones_like(t):
+    v = t._value
+    return Tensor._wrap(v.dtype.type(1) if v.ndim == 0 else np.ones(v.shape, v.dtype))
 
 
 def _zeros_like(source):

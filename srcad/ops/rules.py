@@ -11,18 +11,25 @@ import builtins
 
 import numpy as np
 
+from ..tensor import Tensor
 from .registry import FUNCTIONS, UFUNCS, batch_ndim, nondifferentiable, primitive, value
 
 
 # -- helpers used by the rules ------------------------------------------------------
 
 def _shape(x):
-    return np.shape(value(x))
+    try:
+        return (x._value if isinstance(x, Tensor) else x).shape
+    except AttributeError:  # Python numbers and lists
+        return np.shape(x)
 
 
 def unbroadcast(g, x, ans):
     """Sum the cotangent ``g`` of a broadcast result down to ``x``'s shape (batch axes kept)."""
-    shape, b = _shape(x), batch_ndim(g, ans)
+    shape = _shape(x)
+    if _shape(g) == shape:
+        return g
+    b = batch_ndim(g, ans)
     extra = np.ndim(value(g)) - b - len(shape)
     if extra:
         g = sum(g, axis=tuple(range(b, b + extra)))

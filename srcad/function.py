@@ -1,0 +1,209 @@
+"""``@ad.function``: compiled, differentiable functions that record as one tape node.
+
+Outside a recording tape a call runs the compiled primal.  Under a tape that
+tracks one of the arguments, the call runs the compiled *forward* (the primal
+that also saves what the reverse sweep needs) and records a single *compiled
+segment* node; its VJP calls the compiled *adjoint*.  Everything else about the
+tape (nesting, jacobians, stop_gradient, custom_gradient) treats that node like
+any eager operation.
+"""
+
+import functools
+import inspect
+
+import numba
+import numpy as np
+
+from .tape import Node, recording_tapes, record  # noqa: F401  (Node documents the op protocol)
+from .tensor import Tensor, Variable
+
+__all__ = ["function", "show_source", "Function"]
+
+_KINDS = ("primal", "forward", "adjoint")
+
+
+def function(pyfunc=None, *, target="cpu"):
+    """Compile ``pyfunc`` (plain numeric Python) into a differentiable function.
+
+    Usable as ``@ad.function`` or ``@ad.function(target="cpu")``.
+    """
+    if target != "cpu":
+        raise ValueError(f"@ad.function: target={target!r} is not available; use target='cpu'")
+    if pyfunc is None:
+        return functools.partial(function, target=target)
+    if isinstance(pyfunc, Function):
+        return pyfunc
+    if not inspect.isfunction(pyfunc):
+        raise TypeError(f"@ad.function expects a Python function, got {pyfunc!r} of type {type(pyfunc).__name__}")
+    return Function(pyfunc)
+
+
+class Function:
+    """A user function with its compiled primal, forward and adjoint, one set per signature."""
+
+    def __init__(self, pyfunc):
+        self.python_function = pyfunc
+        self._signature = inspect.signature(pyfunc)
+        self._transforms = {}
+        self._last = None
+        functools.update_wrapper(self, pyfunc)
+
+    def __repr__(self):
+        return f"<ad.function {self.python_function.__qualname__}>"
+
+    def __call__(self, *args, **kwargs):
+        args = self._bind(args, kwargs)
+        values = tuple(_argument_value(a) for a in args)
+        tapes = recording_tapes()
+        active = tuple(_is_active(a, tapes) for a in args) if tapes else (False,) * len(args)
+        transformed = self._transform(values, active)
+        if not any(active):
+            return _wrap_outputs(transformed.primal(*values))
+        outputs, saved = transformed.forward(*values)
+        wrapped = _wrap_outputs(outputs)
+        flat = wrapped if isinstance(wrapped, tuple) else (wrapped,)
+        segment = CompiledSegment(self, transformed, active)
+        record(segment, args, flat, {"values": values, "saved": saved})
+        return wrapped
+
+    def _bind(self, args, kwargs):
+        if not kwargs and len(args) == len(self._signature.parameters):
+            return args
+        try:
+            bound = self._signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{self.python_function.__name__}(): {e}") from None
+        bound.apply_defaults()
+        return tuple(bound.arguments.values())
+
+    def _transform(self, values, active):
+        from .compiler import transform
+
+        key = (tuple(numba.typeof(v) for v in values), active)
+        transformed = self._transforms.get(key)
+        if transformed is None:
+            transformed = self._transforms[key] = transform(self.python_function, key[0], active)
+        self._last = transformed
+        return transformed
+
+    def source(self, kind="adjoint", *example_args):
+        """Generated source of ``kind`` for ``example_args`` (all float arguments active),
+        or for the signature of the last call."""
+        if kind not in _KINDS:
+            raise ValueError(f"kind must be one of {', '.join(map(repr, _KINDS))}; got {kind!r}")
+        if example_args:
+            values = tuple(_argument_value(a) for a in self._bind(example_args, {}))
+            transformed = self._transform(values, tuple(_is_float(v) for v in values))
+        elif self._last is None:
+            raise ValueError(f"{self.python_function.__name__} has not been called yet: call it once, or pass "
+                             f"example arguments: ad.show_source(f, {kind!r}, *args)")
+        else:
+            transformed = self._last
+        return transformed.source(kind)
+
+
+def show_source(f, kind="adjoint", *example_args):
+    """Print and return the generated ``kind`` source ('primal', 'forward' or 'adjoint') of ``f``."""
+    if not isinstance(f, Function):
+        raise TypeError(f"show_source expects a function decorated with @ad.function, got {f!r}")
+    text = f.source(kind, *example_args)
+    print(text)
+    return text
+
+
+class CompiledSegment:
+    """The tape op of one call of a compiled function: its VJP runs the compiled adjoint."""
+
+    __slots__ = ("function", "transformed", "active")
+
+    def __init__(self, function, transformed, active):
+        self.function = function
+        self.transformed = transformed
+        self.active = active
+
+    @property
+    def name(self):
+        return self.function.python_function.__name__
+
+    def vjp(self, node, out_grads, needed):
+        if _needs_higher_order(node, out_grads):
+            raise NotImplementedError(
+                f"srcad: a second derivative through @ad.function '{self.name}' was requested (a recording tape "
+                f"watches its gradient computation); higher-order derivatives of compiled functions are not "
+                f"supported yet. Take the inner gradient outside the outer tape, or write the function with "
+                f"NumPy operations for nested tapes.")
+        outputs = node.outputs
+        cotangents = [np.zeros_like(out._value) if g is None else np.asarray(g._value if isinstance(g, Tensor) else g)
+                      for g, out in zip(out_grads, outputs)]
+        batch = cotangents[0].ndim - outputs[0].ndim
+        if batch == 0:
+            grads = self._adjoint(node, cotangents)
+        else:
+            grads = self._adjoint_batched(node, cotangents, batch)
+        return [Tensor._wrap(g) if g is not None else None for g in grads]
+
+    def _adjoint(self, node, cotangents):
+        values, saved = node.attrs["values"], node.attrs["saved"]
+        d_out = tuple(_as_scalar(c) for c in cotangents)
+        d_out = d_out if self.transformed.n_outputs != 1 or self.transformed.returns_tuple else d_out[0]
+        active_grads = iter(self.transformed.adjoint(*values, saved, d_out))
+        return [_match(next(active_grads), v) if a else None for a, v in zip(self.active, values)]
+
+    def _adjoint_batched(self, node, cotangents, batch):
+        """Jacobians send a batch of cotangents: run the adjoint once per row."""
+        lead = cotangents[0].shape[:batch]
+        rows = [self._adjoint(node, [c[index] for c in cotangents]) for index in np.ndindex(*lead)]
+        return [None if rows[0][i] is None else np.stack([r[i] for r in rows]).reshape(lead + np.shape(rows[0][i]))
+                for i in range(len(self.active))]
+
+
+def _needs_higher_order(node, out_grads):
+    tapes = recording_tapes()
+    if not tapes:
+        return False
+    watched = [x for x in (*node.inputs, *out_grads) if isinstance(x, Tensor)]
+    return any(id(x) in tape._tracked for tape in tapes for x in watched)
+
+
+def _argument_value(a):
+    """What the compiled code receives: arrays stay arrays, rank-0 values become scalars."""
+    if isinstance(a, Tensor):
+        a = a._value
+    if isinstance(a, np.ndarray) and a.ndim == 0:
+        a = a[()]
+    if isinstance(a, np.float64):
+        return float(a)
+    if isinstance(a, (np.integer, np.bool_)):
+        return a.item()
+    return a
+
+
+def _is_float(v):
+    return np.asarray(v).dtype.kind == "f"
+
+
+def _is_active(a, tapes):
+    """Does a recording tape need the gradient of argument ``a``?"""
+    if not isinstance(a, Tensor) or a.dtype.kind != "f":
+        return False
+    if type(a) is Variable:
+        return any(id(a) in t._watched_variables or (t._watch_accessed_variables and a.trainable) for t in tapes)
+    return any(id(a) in t._tracked for t in tapes)
+
+
+def _wrap_outputs(out):
+    if isinstance(out, tuple):
+        return tuple(_wrap_outputs(o) for o in out)
+    if isinstance(out, (np.ndarray, np.generic)):
+        return Tensor._wrap(out)
+    return Tensor._wrap(np.asarray(out))
+
+
+def _as_scalar(c):
+    return c[()] if c.ndim == 0 else c
+
+
+def _match(grad, value):
+    """A gradient in the argument's dtype and shape."""
+    dtype = np.asarray(value).dtype
+    return np.asarray(grad, dtype=dtype).reshape(np.shape(value))
