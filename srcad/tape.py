@@ -85,7 +85,9 @@ def record(op, inputs, outputs, attrs):
 
 
 def _read_variable(variable, tapes):
-    read = variable._read or variable.read_value()
+    read = variable._read
+    if read is None:
+        read = variable.read_value()
     for tape in tapes:
         if id(read) not in tape._tracked and (
                 id(variable) in tape._watched_variables or (tape._watch_accessed_variables and variable.trainable)):

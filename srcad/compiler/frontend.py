@@ -124,8 +124,6 @@ def fence(info):
     if fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs or fn.args.defaults:
         raise info.error(fn, "*args, **kwargs, keyword-only or default arguments",
                          "give the compiled function plain positional parameters")
-    if fn.decorator_list:
-        pass
     body = list(fn.body)
     if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
             and isinstance(body[0].value.value, str):
@@ -149,12 +147,6 @@ def fence(info):
                                      "loop over indices: for i in range(len(a)): ... a[i] ...")
                 if not isinstance(node.target, ast.Name):
                     raise info.error(node, "`for` with a tuple target", "use a single loop index")
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id in fn_globals_written(info):
-                pass
-
-
-def fn_globals_written(info):
-    return ()
 
 
 _MODULES = {"np": np, "math": math}

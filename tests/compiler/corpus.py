@@ -290,7 +290,7 @@ def s_tuple_unpack(x, y):
 
 @case(A(np.float32(0.7), np.float32(1.3)), active=(0, 1))
 def s_float32(x, y):
-    return x * y + np.float32(2.0) * x / y
+    return x * y + 2.0 * x / y - math.sin(x)
 
 
 # ===========================================================================
@@ -794,7 +794,7 @@ def arr_write_output_arg(x, out):
 def arr_float32_loop_overwrite(x):
     y = x.copy()
     for i in range(1, y.shape[0]):
-        y[i] = y[i - 1] * np.float32(0.5) + np.float32(math.sin(y[i]))
+        y[i] = y[i - 1] * 0.5 + math.sin(y[i])
     return np.sum(y * y)
 
 
