@@ -11,7 +11,6 @@ any eager operation.
 import functools
 import inspect
 
-import numba
 import numpy as np
 
 from .tape import Node, recording_tapes, record  # noqa: F401  (Node documents the op protocol)
@@ -77,6 +76,8 @@ class Function:
         return tuple(bound.arguments.values())
 
     def _transform(self, values, active):
+        import numba  # the compiler (and Numba) load on the first compiled call, not on `import srcad`
+
         from .compiler import transform
 
         key = (tuple(numba.typeof(v) for v in values), active)

@@ -22,6 +22,7 @@ __all__ = ["GradientTape", "UnconnectedGradients"]
 
 _log = logging.getLogger("srcad")
 _DIFFERENTIABLE_KINDS = frozenset("fc")
+_warned_persistent_inside = False   # TF logs this warning once per process
 
 
 class UnconnectedGradients(enum.Enum):
@@ -34,6 +35,7 @@ class UnconnectedGradients(enum.Enum):
 class _ThreadTapes(threading.local):
     def __init__(self):
         self.tapes = []
+        self.watchers = []   # custom_gradient's variable watchers (see custom.py)
 
 
 _thread = _ThreadTapes()
@@ -92,6 +94,10 @@ def _read_variable(variable, tapes):
         if id(read) not in tape._tracked and (
                 id(variable) in tape._watched_variables or (tape._watch_accessed_variables and variable.trainable)):
             tape._track_variable(variable, read)
+    watchers = _thread.watchers
+    if watchers and variable.trainable:
+        for watcher in watchers:
+            watcher.add(variable)
     return read
 
 
@@ -112,7 +118,11 @@ def _pack_like(structure, leaves):
         items = [_pack_like(item, leaves) for item in structure]
         return type(structure)(*items) if hasattr(structure, "_fields") else type(structure)(items)
     if isinstance(structure, dict):
-        return {key: _pack_like(structure[key], leaves) for key in sorted(structure)}
+        packed = {key: _pack_like(structure[key], leaves) for key in sorted(structure)}
+        try:
+            return type(structure)((key, packed[key]) for key in structure)  # the caller's key order
+        except TypeError:  # dict subclasses with other constructors (defaultdict)
+            return {key: packed[key] for key in structure}
     return next(leaves)
 
 
@@ -143,8 +153,7 @@ class GradientTape:
         self._watch_accessed_variables = bool(watch_accessed_variables)
         self._recording = False
         self._created = False   # a tape exists once the first __enter__ made one
-        self._consumed = False
-        self._warned_inside = False
+        self._consumed = False  # a non-persistent tape after its one gradient/jacobian
         self._clear()
 
     def _clear(self):
@@ -157,9 +166,10 @@ class GradientTape:
     def __enter__(self):
         if self._recording:
             raise ValueError("Tape is still recording, This can happen if you try to re-enter an already-active tape.")
-        if not self._created or self._consumed:
+        if self._consumed:   # a used non-persistent tape starts afresh (watches made before entering are kept)
             self._clear()
-            self._created, self._consumed = True, False
+            self._consumed = False
+        self._created = True
         self._push()
         return self
 
@@ -186,12 +196,12 @@ class GradientTape:
         for x in _flatten(tensor):
             if not isinstance(x, Tensor):
                 raise ValueError(
-                    f"Passed in object {x!r} of type '{type(x).__name__}', not ad.Tensor or ad.Variable.")
+                    f"Passed in object {x} of type '{type(x).__name__}', not ad.Tensor or ad.Variable.")
             if x.dtype.kind not in _DIFFERENTIABLE_KINDS:
                 _log.warning("The dtype of the watched tensor must be floating (e.g. float32), got %s", x.dtype)
-            if not self._created:
+            if self._consumed:
                 self._clear()
-                self._created = True
+                self._consumed = False
             if isinstance(x, Variable):
                 self._watched_variables[id(x)] = x
                 self._tracked[id(x)] = x
@@ -240,12 +250,13 @@ class GradientTape:
 
     def _begin_gradient(self):
         """The common prologue of gradient/jacobian: usability, and leaving our own context."""
+        global _warned_persistent_inside
         self._check_usable()
         if self._recording:
             if not self._persistent:
                 self._pop()
-            elif not self._warned_inside:
-                self._warned_inside = True
+            elif not _warned_persistent_inside:
+                _warned_persistent_inside = True
                 _log.warning(
                     "Calling GradientTape.gradient on a persistent tape inside its context is significantly less "
                     "efficient than calling it outside the context (it causes the gradient ops to be recorded on "
@@ -267,10 +278,7 @@ class GradientTape:
             raise TypeError("Argument `target` should be a list or nested structure of Tensors, Variables or "
                             "CompositeTensors to be differentiated, but received None.")
         targets = [_as_target(t) for t in _flatten(target)]
-        flat_sources = _flatten(sources)
-        for s in flat_sources:
-            if not isinstance(s, Tensor):
-                raise ValueError(f"Argument `sources` must hold Tensors or Variables; got {s!r} of type '{type(s).__name__}'.")
+        flat_sources = check_sources(sources)
         seeds = _seed_gradients(targets, output_gradients)
         try:
             grads = self._backprop(targets, seeds, flat_sources)
@@ -313,7 +321,7 @@ class GradientTape:
                 continue
             if type(node.op) is not Primitive:
                 out_grads = [g if g is None or isinstance(g, Tensor) else Tensor._wrap(g) for g in out_grads]
-            needed = [id(x) in reachable for x in node.inputs]
+            needed = [id(x) in reachable and x.dtype.kind in _DIFFERENTIABLE_KINDS for x in node.inputs]
             for x, g, need in zip(node.inputs, node.op.vjp(node, out_grads, needed), needed):
                 if need and g is not None:
                     key = id(x)
@@ -352,31 +360,53 @@ class GradientTape:
                               experimental_use_pfor)
 
 
+def check_sources(sources):
+    """The flat sources, each a Tensor or Variable (TypeError otherwise; integer ones only logged)."""
+    flat_sources = _flatten(sources)
+    for s in flat_sources:
+        if not isinstance(s, Tensor):
+            raise TypeError(f"Argument `sources` should be a Tensor, a Variable or a nested structure of them, but "
+                            f"it holds {s!r} of type '{type(s).__name__}'.")
+        if s._value.dtype.kind not in _DIFFERENTIABLE_KINDS:
+            _log.warning("The dtype of the source tensor must be floating (e.g. float32) to get a gradient, got %s: "
+                         "its gradient is None (or zeros with unconnected_gradients='zero').", s.dtype)
+    return flat_sources
+
+
 def _as_target(t):
     if isinstance(t, Tensor):
         return t
     if t is None:
         raise TypeError("Argument `target` should be a list or nested structure of Tensors, Variables or "
                         "CompositeTensors to be differentiated, but received None.")
-    raise TypeError(f"Argument `target` must hold Tensors or Variables; got {t!r} of type '{type(t).__name__}'.")
+    raise TypeError(f"Argument `target` should be a Tensor, a Variable or a nested structure of them, but it holds "
+                    f"{t!r} of type '{type(t).__name__}'.")
 
 
 def _seed_gradients(targets, output_gradients):
     """One cotangent per target: ones, or the caller's values broadcast to the target's shape."""
+    if output_gradients is None:
+        return [_ones_like(t) for t in targets]
     from .ops import broadcast_to
     from .tensor import convert_to_tensor
 
-    if output_gradients is None:
-        return [_ones_like(t) for t in targets]
     given = _flatten(output_gradients) if isinstance(output_gradients, (list, tuple, dict)) else [output_gradients]
+    if len(targets) == 1 and len(given) != 1 and isinstance(output_gradients, (list, tuple)):
+        given = [output_gradients]   # one target, its cotangent written as a nested list of numbers
     if len(given) != len(targets):
-        raise ValueError(f"output_gradients must hold one entry per target: got {len(given)} for {len(targets)} targets.")
+        raise ValueError(f"output_gradients must hold one entry per target: got {len(given)} for {len(targets)} "
+                         f"targets.")
     seeds = []
     for t, g in zip(targets, given):
         if g is None:
             seeds.append(_ones_like(t))
             continue
-        g = convert_to_tensor(g)
+        if not isinstance(g, Tensor):
+            try:
+                g = convert_to_tensor(g)
+            except (TypeError, ValueError) as err:
+                raise TypeError(f"output_gradients entry {g!r} of type '{type(g).__name__}' is not a number, array "
+                                f"or Tensor: expected a cotangent of the target's shape {t.shape}.") from err
         try:
             shape = np.broadcast_shapes(g.shape, t.shape)
         except ValueError:

@@ -30,6 +30,9 @@ class Tensor:
             value = value._value
         _reject_non_numeric(value)
         self._value = np.asarray(value, dtype=dtype)
+        if self._value.dtype.kind not in "biufc":
+            raise TypeError(f"Cannot convert {value!r} to a Tensor: got NumPy dtype {self._value.dtype}, expected a "
+                            f"number, a NumPy array or a nested list of numbers (bool, int, float or complex)")
 
     @classmethod
     def _wrap(cls, value):
@@ -236,6 +239,7 @@ class Variable(Tensor):
 
     def assign(self, value):
         """Replace the value (not differentiable): later reads see the new value."""
+        _reject_non_numeric(value)
         new = np.asarray(value._value if isinstance(value, Tensor) else value, dtype=self.dtype)
         if new.shape != self.shape:
             raise ValueError(f"Cannot assign a value of shape {new.shape} to variable '{self.name}' of shape {self.shape}")
@@ -244,10 +248,21 @@ class Variable(Tensor):
         return self
 
     def assign_add(self, delta):
-        return self.assign(self._value + np.asarray(delta._value if isinstance(delta, Tensor) else delta))
+        return self.assign(self._value + self._delta(delta))
 
     def assign_sub(self, delta):
-        return self.assign(self._value - np.asarray(delta._value if isinstance(delta, Tensor) else delta))
+        return self.assign(self._value - self._delta(delta))
+
+    def _delta(self, delta):
+        _reject_non_numeric(delta)
+        delta = np.asarray(delta._value if isinstance(delta, Tensor) else delta)
+        try:
+            fits = np.broadcast_shapes(delta.shape, self.shape) == self.shape
+        except ValueError:
+            fits = False
+        if not fits:
+            raise ValueError(f"Cannot assign a value of shape {delta.shape} to variable '{self.name}' of shape {self.shape}")
+        return delta
 
     def __hash__(self):
         return id(self)

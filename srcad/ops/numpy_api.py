@@ -10,7 +10,7 @@ import numpy as np
 
 from ..tensor import Tensor
 from . import rules as r
-from .registry import FUNCTIONS, UFUNCS, value
+from .registry import FUNCTIONS, UFUNCS, _run_without_gradient, value
 
 
 def _axis(axis):
@@ -52,9 +52,67 @@ def _pad(array, pad_width, mode="constant", constant_values=0, **kw):
 
 
 def _norm(x, ord=None, axis=None, keepdims=False):
-    if ord not in (None, 2, "fro") or (ord == 2 and (axis is None and np.ndim(value(x)) == 2)):
+    n_axes = np.ndim(value(x)) if axis is None else np.size(axis)
+    if ord not in (None, 2, "fro") or (ord == 2 and n_axes == 2) or (ord == "fro" and n_axes != 2):
         raise NotImplementedError(f"srcad: np.linalg.norm supports the Euclidean/Frobenius norm only, got ord={ord!r}")
     return r.linalg_norm(x, axis=_axis(axis), keepdims=keepdims)
+
+
+def _c_order(a, order):
+    if order != "C":
+        raise NotImplementedError(f"srcad: np.reshape / np.ravel support order='C' only, got order={order!r}")
+    return a
+
+
+def _reduction(prim, func):
+    """An adapter for np.sum-like reductions; options a rule cannot honour (out=, where=, initial=) run the
+    NumPy function without a gradient instead (raising if a tape needs one)."""
+    def run(a, axis=None, dtype=None, out=None, keepdims=False, **kw):
+        if out is not None or kw:
+            given = (("axis", axis), ("dtype", dtype), ("out", out), ("keepdims", keepdims))
+            kw.update((k, v) for k, v in given if v is not None and v is not False)
+            return _run_without_gradient(func, f"numpy.{func.__name__}", (a,), kw)
+        return prim(a if dtype is None else r.cast(a, dtype), axis=_axis(axis), keepdims=keepdims)
+    return run
+
+
+def _clip(a, a_min=None, a_max=None, out=None, *, min=None, max=None, **kw):
+    lo, hi = (a_min if a_min is not None else min), (a_max if a_max is not None else max)
+    return r.clip(a, -np.inf if lo is None else lo, np.inf if hi is None else hi)
+
+
+def _cumsum(a, axis=None, dtype=None, out=None):
+    a = a if dtype is None else r.cast(a, dtype)
+    return r.cumsum(r.reshape(a, (-1,)), axis=0) if axis is None else r.cumsum(a, axis=axis)
+
+
+def _moveaxis(a, source, destination):
+    ndim = np.ndim(value(a))
+    source, destination = [np.atleast_1d(v) % ndim for v in (source, destination)]
+    order = [n for n in range(ndim) if n not in source]
+    for dst, src in sorted(zip(destination, source)):
+        order.insert(dst, src)
+    return r.transpose(a, axes=tuple(int(n) for n in order))
+
+
+def _einsum(subscripts, *operands, **kw):
+    """np.einsum; an operand with a repeated index ('ii->i') is replaced by its diagonal first."""
+    spec = subscripts.replace(" ", "")
+    if "." in spec:  # runs; its gradient rule raises NotImplementedError
+        return r.einsum(*operands, subscripts=subscripts)
+    ins, arrow, out = spec.partition("->")
+    ins, operands = ins.split(","), list(operands)
+    if not arrow:
+        letters = "".join(ins)
+        out, arrow = "".join(sorted(c for c in set(letters) if letters.count(c) == 1)), "->"
+    for k, sub in enumerate(ins):
+        while len(set(sub)) != len(sub):
+            c = next(c for c in sub if sub.count(c) > 1)
+            p, q = sub.index(c), sub.index(c, sub.index(c) + 1)
+            operands[k] = r.diagonal(operands[k], 0, p, q)
+            sub = "".join(ch for n, ch in enumerate(sub) if n not in (p, q)) + c
+        ins[k] = sub
+    return r.einsum(*operands, subscripts=",".join(ins) + arrow + out)
 
 
 def _where(condition, x=None, y=None):
@@ -82,6 +140,7 @@ UFUNCS.update({
     np.fabs: r.fabs, np.sin: r.sin, np.cos: r.cos, np.tan: r.tan, np.arcsin: r.arcsin, np.arccos: r.arccos,
     np.arctan: r.arctan, np.sinh: r.sinh, np.cosh: r.cosh, np.tanh: r.tanh, np.arcsinh: r.arcsinh,
     np.arccosh: r.arccosh, np.arctanh: r.arctanh,
+    np.deg2rad: lambda x: r.multiply(x, np.pi / 180), np.rad2deg: lambda x: r.multiply(x, 180 / np.pi),
     np.sign: r.sign, np.floor: r.floor, np.ceil: r.ceil, np.rint: r.rint, np.trunc: r.trunc,
     np.floor_divide: r.floor_divide, np.less: r.less, np.less_equal: r.less_equal, np.greater: r.greater,
     np.greater_equal: r.greater_equal, np.equal: r.equal, np.not_equal: r.not_equal,
@@ -90,30 +149,39 @@ UFUNCS.update({
 })
 
 FUNCTIONS.update({
-    np.sum: lambda a, axis=None, dtype=None, out=None, keepdims=False, **kw: r.sum(a, axis=_axis(axis), keepdims=keepdims),
-    np.mean: lambda a, axis=None, dtype=None, out=None, keepdims=False, **kw: r.mean(a, axis=_axis(axis), keepdims=keepdims),
-    np.max: lambda a, axis=None, out=None, keepdims=False, **kw: r.max(a, axis=_axis(axis), keepdims=keepdims),
-    np.min: lambda a, axis=None, out=None, keepdims=False, **kw: r.min(a, axis=_axis(axis), keepdims=keepdims),
-    np.prod: lambda a, axis=None, dtype=None, out=None, keepdims=False, **kw: r.prod(a, axis=_axis(axis), keepdims=keepdims),
+    np.sum: _reduction(r.sum, np.sum),
+    np.mean: _reduction(r.mean, np.mean),
+    np.max: _reduction(r.max, np.max),
+    np.min: _reduction(r.min, np.min),
+    np.prod: _reduction(r.prod, np.prod),
     np.dot: _dot,
-    np.einsum: lambda subscripts, *operands, **kw: r.einsum(*operands, subscripts=subscripts),
-    np.reshape: lambda a, shape=None, order="C", **kw: r.reshape(a, shape=tuple(np.atleast_1d(kw.get("newshape", shape)))),
+    np.einsum: _einsum,
+    np.reshape: lambda a, shape=None, order="C", **kw: r.reshape(_c_order(a, order), shape=tuple(
+        np.atleast_1d(kw.get("newshape", shape)))),
     np.transpose: lambda a, axes=None: r.transpose(a, axes=None if axes is None else tuple(axes)),
     np.swapaxes: lambda a, axis1, axis2: r.swapaxes(a, axis1, axis2),
     np.squeeze: lambda a, axis=None: r.squeeze(a, axis=_axis(axis)),
     np.expand_dims: lambda a, axis: r.expand_dims(a, axis=_axis(axis)),
-    np.ravel: lambda a, order="C": r.reshape(a, shape=(-1,)),
+    np.ravel: lambda a, order="C": r.reshape(_c_order(a, order), shape=(-1,)),
     np.broadcast_to: lambda array, shape, subok=False: r.broadcast_to(array, shape=tuple(np.atleast_1d(shape))),
-    np.concatenate: lambda arrays, axis=0, **kw: r.concatenate(*arrays, axis=axis),
+    np.concatenate: lambda arrays, axis=0, **kw: r.concatenate(
+        *(arrays if axis is not None else [r.reshape(a, (-1,)) for a in arrays]), axis=0 if axis is None else axis),
     np.stack: lambda arrays, axis=0, **kw: r.stack(*arrays, axis=axis),
     np.split: _split,
-    np.clip: lambda a, a_min=None, a_max=None, **kw: r.clip(a, -np.inf if a_min is None else a_min,
-                                                            np.inf if a_max is None else a_max),
+    np.clip: _clip,
     np.pad: _pad,
     np.take: _take,
     np.where: _where,
     np.outer: lambda a, b, out=None: r.multiply(r.reshape(a, shape=(-1, 1)), r.reshape(b, shape=(1, -1))),
     np.copy: lambda a, **kw: r.positive(a),
+    np.cumsum: _cumsum,
+    np.diagonal: lambda a, offset=0, axis1=0, axis2=1: r.diagonal(a, offset, axis1, axis2),
+    np.trace: lambda a, offset=0, axis1=0, axis2=1, dtype=None, out=None: r.sum(
+        r.diagonal(a, offset, axis1, axis2), axis=-1),
+    np.moveaxis: _moveaxis,
+    np.flip: lambda m, axis=None: r.getitem(m, tuple(
+        slice(None, None, -1) if axis is None or n in np.atleast_1d(axis) % np.ndim(value(m)) else slice(None)
+        for n in range(np.ndim(value(m))))),
     np.linalg.norm: _norm,
     np.linalg.solve: lambda a, b: r.linalg_solve(a, b),
     np.linalg.inv: lambda a: r.linalg_inv(a),

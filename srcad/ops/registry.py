@@ -122,13 +122,15 @@ def _run_without_gradient(func, name, args, kwargs):
 
 
 def dispatch_ufunc(ufunc, method, inputs, kwargs):
-    """``Tensor.__array_ufunc__``: a registered ufunc records; others run without a gradient."""
+    """``Tensor.__array_ufunc__``: a registered ufunc records; others (and calls with options such as
+    ``where=``, ``dtype=``) run without a gradient, raising if a tape would need one."""
     if "out" in kwargs:
         raise TypeError(f"numpy.{ufunc.__name__}(..., out=...) cannot write into a Tensor: Tensors are immutable")
-    impl = UFUNCS.get(ufunc) if method == "__call__" else None
+    impl = UFUNCS.get(ufunc) if method == "__call__" and not kwargs else None
     if impl is not None:
         return impl(*inputs, **kwargs)
-    name = f"numpy.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}")
+    name = f"numpy.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}") + (
+        f"(..., {', '.join(f'{k}=' for k in kwargs)})" if kwargs else "")
     return _run_without_gradient(getattr(ufunc, method), name, inputs, kwargs)
 
 

@@ -8,11 +8,12 @@ built from the primitives in this file (so it can be differentiated again).
 """
 
 import builtins
+import math
 
 import numpy as np
 
 from ..tensor import Tensor
-from .registry import FUNCTIONS, UFUNCS, batch_ndim, nondifferentiable, primitive, value
+from .registry import batch_ndim, nondifferentiable, primitive, value
 
 
 # -- helpers used by the rules ------------------------------------------------------
@@ -55,8 +56,27 @@ def _restore_reduced(g, ans, x, axis, keepdims):
 
 
 def _with_batch(g, ans, index):
-    """Prefix an index with full slices over the cotangent's batch axes."""
+    """Prefix an index (a tuple) with full slices over the cotangent's batch axes."""
     return (slice(None),) * batch_ndim(g, ans) + index
+
+
+def _index(index):
+    """A NumPy index as a tuple of plain values (Tensors in it replaced by their values)."""
+    index = index if isinstance(index, tuple) else (index,)
+    return tuple(i._value if isinstance(i, Tensor) else i for i in index)
+
+
+def _power_x(g, ans, x, y):
+    if isinstance(y, (int, float)):  # a Python exponent stays weakly typed (float32 stays float32)
+        return unbroadcast(g * y * x ** (y - 1), x, ans) if y != 0 else unbroadcast(g * 0.0, x, ans)
+    return unbroadcast(g * y * x ** where(y != 0, y - 1, 0.0), x, ans)
+
+
+def _log_base(x):
+    """log(x) where x > 0, else 0 (the y-gradient of x ** y is taken as 0 there)."""
+    if isinstance(x, (int, float)):
+        return math.log(x) if x > 0 else 0.0
+    return log(where(x > 0, x, 1.0))
 
 
 def _swap_last(x):
@@ -76,8 +96,7 @@ multiply = primitive(np.multiply, lambda g, ans, x, y: unbroadcast(g * y, x, ans
                      lambda g, ans, x, y: unbroadcast(g * x, y, ans))
 divide = primitive(np.divide, lambda g, ans, x, y: unbroadcast(g / y, x, ans),
                    lambda g, ans, x, y: unbroadcast(negative(g) * ans / y, y, ans))
-power = primitive(np.power, lambda g, ans, x, y: unbroadcast(g * y * x ** where(y != 0, y - 1, 0.0), x, ans),
-                  lambda g, ans, x, y: unbroadcast(g * ans * log(where(x > 0, x, 1.0)), y, ans))
+power = primitive(np.power, _power_x, lambda g, ans, x, y: unbroadcast(g * ans * _log_base(x), y, ans))
 negative = primitive(np.negative, lambda g, ans, x: negative(g))
 positive = primitive(np.positive, lambda g, ans, x: g)
 reciprocal = primitive(np.reciprocal, lambda g, ans, x: negative(g) * ans * ans)
@@ -97,11 +116,11 @@ logaddexp = primitive(np.logaddexp, lambda g, ans, x, y: unbroadcast(g * exp(x -
 # -- elementwise functions -------------------------------------------------------------
 
 exp = primitive(np.exp, lambda g, ans, x: g * ans)
-exp2 = primitive(np.exp2, lambda g, ans, x: g * ans * np.log(2.0))
+exp2 = primitive(np.exp2, lambda g, ans, x: g * ans * 0.6931471805599453)
 expm1 = primitive(np.expm1, lambda g, ans, x: g * (ans + 1.0))
 log = primitive(np.log, lambda g, ans, x: g / x)
-log2 = primitive(np.log2, lambda g, ans, x: g / (x * np.log(2.0)))
-log10 = primitive(np.log10, lambda g, ans, x: g / (x * np.log(10.0)))
+log2 = primitive(np.log2, lambda g, ans, x: g / (x * 0.6931471805599453))
+log10 = primitive(np.log10, lambda g, ans, x: g / (x * 2.302585092994046))
 log1p = primitive(np.log1p, lambda g, ans, x: g / (x + 1.0))
 sqrt = primitive(np.sqrt, lambda g, ans, x: g * 0.5 / ans)
 cbrt = primitive(np.cbrt, lambda g, ans, x: g / (3.0 * ans * ans))
@@ -125,9 +144,11 @@ where = primitive(lambda c, x, y: np.where(c, x, y), None,
                   lambda g, ans, c, x, y: unbroadcast(where(c, 0.0, g), y, ans), name="where")
 clip = primitive(lambda x, lo, hi: np.clip(x, lo, hi),
                  lambda g, ans, x, lo, hi: unbroadcast(where(logical_and(x >= lo, x <= hi), g, 0.0), x, ans),
+                 lambda g, ans, x, lo, hi: unbroadcast(where(x < lo, g, 0.0), lo, ans),
+                 lambda g, ans, x, lo, hi: unbroadcast(where(logical_and(x > hi, x >= lo), g, 0.0), hi, ans),
                  name="clip")
 cast = primitive(lambda x, dtype: np.asarray(x).astype(dtype),
-                 lambda g, ans, x, dtype: cast(g, np.asarray(value(x)).dtype) if _is_float(x) else None, name="cast")
+                 lambda g, ans, x, dtype: cast(g, value(x).dtype) if _is_float(ans) else None, name="cast")
 
 # -- results that carry no gradient ------------------------------------------------------
 
@@ -310,11 +331,39 @@ squeeze = primitive(lambda x, axis=None: np.squeeze(x, axis),
                     lambda g, ans, x, axis=None: reshape(g, _lead(g, ans) + _shape(x)), name="squeeze")
 broadcast_to = primitive(lambda x, shape: np.broadcast_to(x, shape),
                          lambda g, ans, x, shape: unbroadcast(g, x, ans), name="broadcast_to")
-getitem = primitive(lambda x, index: x[index],
+_getitem = primitive(lambda x, index: x[index],
                     lambda g, ans, x, index: scatter_add(g, index=_with_batch(g, ans, index),
                                                          shape=_lead(g, ans) + _shape(x)), name="getitem")
 scatter_add = primitive(_scatter, lambda g, ans, x, index, shape: getitem(g, index=_with_batch(g, ans, index)),
                         name="scatter_add")
+
+
+def getitem(x, index):
+    """``x[index]`` (basic, fancy and boolean indices); the cotangent is scattered back."""
+    return _getitem(x, index=_index(index))
+
+
+def diagonal(x, offset=0, axis1=0, axis2=1):
+    """``np.diagonal``: the two axes go last, then a fancy index picks the diagonal."""
+    ndim = np.ndim(value(x))
+    axis1, axis2 = axis1 % ndim, axis2 % ndim
+    n1, n2 = _shape(x)[axis1], _shape(x)[axis2]
+    k = builtins.max(0, builtins.min(n1 - builtins.max(-offset, 0), n2 - builtins.max(offset, 0)))
+    rows, cols = np.arange(k) + builtins.max(-offset, 0), np.arange(k) + builtins.max(offset, 0)
+    perm = tuple(a for a in range(ndim) if a not in (axis1, axis2)) + (axis1, axis2)
+    return getitem(transpose(x, axes=perm), (Ellipsis, rows, cols))
+
+
+def _flip(x, axis):
+    return _getitem(x, index=(slice(None),) * axis + (slice(None, None, -1),))
+
+
+def _cumsum_vjp(g, ans, x, axis):
+    axis = axis % np.ndim(value(x)) + batch_ndim(g, ans)
+    return _flip(cumsum(_flip(g, axis), axis=axis), axis)
+
+
+cumsum = primitive(lambda x, axis: np.cumsum(x, axis=axis), _cumsum_vjp, name="cumsum")
 
 
 def _concat_vjp(i):

@@ -1,0 +1,585 @@
+"""Reverse mode in split form: a forward that saves, an adjoint that replays backwards.
+
+The forward is the primal plus pushes: before a statement overwrites a value
+the adjoint reads, the old value goes on a stack (one per variable; old
+array elements on one per array). The adjoint walks the statements in
+reverse, pops to restore each overwritten value, then accumulates adjoints
+(`d_name`). Which values the adjoint reads is found by generating it and
+reading its names back, until that set stops growing, so only what is read
+is saved.
+"""
+import ast
+import re
+
+from numba.core import types as nt
+
+from .activity import diff_inputs, is_float, rank, walk
+from .codegen import HEADER, Hooks, Writer, emit_block, outputs_src, range_args, src, subscript, tidy
+from .frontend import TransformError
+from .normalize import Assign, For, If, Store, While
+from .rules import ARRAY_RULES, ELEMENTWISE, NONDIFF, OPERATORS
+
+
+def np_dtype(ty):
+    if isinstance(ty, nt.Boolean):
+        return "np.bool_"
+    return f"np.{ty}"
+
+
+def numba_type_src(ty):
+    dtype = "boolean" if isinstance(ty.dtype, nt.Boolean) else str(ty.dtype)
+    return f'types.Array(types.{dtype}, {ty.ndim}, "{ty.layout}")'
+
+
+def zero_of(ty):
+    if isinstance(ty, nt.Array):
+        return None
+    if isinstance(ty, nt.Boolean):
+        return "False"
+    return f"{np_dtype(ty)}(0)"
+
+
+class Reverse:
+    """Plans the saves and writes forward and adjoint source for one Program."""
+
+    def __init__(self, program, analysis, names, fname):
+        self.p = program
+        self.an = analysis
+        self.types = analysis.types
+        self.names = names
+        self.fname = fname
+        self.params = set(program.params)
+        for s in walk(program.body):
+            if isinstance(s, While):
+                self.types[s.counter] = nt.int64
+        self.d = {}
+        self.stacks = {}
+        self.list_types = {}
+        self.multi = self.find_multi()
+        self.private = self.loop_private()
+        self.fresh_defs = self.first_top_level_defs()
+        self.R, self.RV = set(), set()
+        self.plan()
+
+    # ---- naming --------------------------------------------------------
+    def adj(self, v):
+        if v not in self.d:
+            self.d[v] = self.names.fresh(f"d_{v}")
+        return self.d[v]
+
+    def stack(self, v, kind):
+        """(stack, top) names of the values of `v` saved by kind 'value'/'elem'/'slice'."""
+        key = (v, kind)
+        if key not in self.stacks:
+            base = {"value": f"{v}_stack", "elem": f"{v}_elems", "slice": f"{v}_slices"}[kind]
+            self.stacks[key] = (self.names.fresh(base), self.names.fresh(f"{base}_top"))
+        return self.stacks[key]
+
+    # ---- analysis ------------------------------------------------------
+    def find_multi(self):
+        count, looped = {}, set()
+
+        def visit(stmts, depth):
+            for s in stmts:
+                target = s.target if isinstance(s, Assign) else s.var if isinstance(s, For) else \
+                    s.counter if isinstance(s, While) else None
+                if target:
+                    count[target] = count.get(target, 0) + 1
+                    if depth:
+                        looped.add(target)
+                if isinstance(s, If):
+                    visit(s.body, depth)
+                    visit(s.orelse, depth)
+                elif isinstance(s, (For, While)):
+                    visit(s.body, depth + 1)
+        visit(self.p.body, 0)
+        return {n for n, c in count.items() if c > 1 or n in looped}
+
+    def loop_private(self):
+        """Loop indices defined only by `for` headers and read only inside their
+        loops: the reverse loop sets them itself, so they are never saved."""
+        headers, other_defs, outside = set(), set(), set()
+
+        def visit(stmts, inside):
+            for s in stmts:
+                if isinstance(s, For):
+                    headers.add(s.var)
+                    outside.update(n for n in _stmt_reads(s) if n not in inside)
+                    visit(s.body, inside | {s.var})
+                    continue
+                if isinstance(s, Assign):
+                    other_defs.add(s.target)
+                if isinstance(s, While):
+                    other_defs.add(s.counter)
+                outside.update(n for n in _stmt_reads(s) if n not in inside)
+                if isinstance(s, If):
+                    visit(s.body, inside)
+                    visit(s.orelse, inside)
+                elif isinstance(s, While):
+                    visit(s.body, inside)
+        visit(self.p.body, frozenset())
+        outside |= {n for a in self.p.outputs for n in _names(a)}
+        return headers - other_defs - outside
+
+    def first_top_level_defs(self):
+        """Top-level assignments whose target holds nothing yet: no need to save the old value."""
+        seen, fresh = set(self.params), set()
+        for s in self.p.body:
+            if isinstance(s, Assign) and s.target not in seen and s.target not in _stmt_reads(s):
+                fresh.add(id(s))
+            for t in walk([s]):
+                seen.update(_stmt_reads(t))
+                seen.update(_stmt_defs(t))
+        return fresh
+
+    def plan(self):
+        """Grow the set of values the adjoint reads until it is stable."""
+        variables = {n for n in self.types} | self.params
+        while True:
+            lines = self.adjoint_lines()
+            reads, value_reads = self.names_read(lines)
+            reads &= variables
+            value_reads &= variables
+            if reads <= self.R and value_reads <= self.RV:
+                break
+            self.R |= reads
+            self.RV |= value_reads
+        self.lines = lines
+
+    @staticmethod
+    def names_read(lines):
+        text = "def _f():\n" + "\n".join("    " * (d + 1) + t for d, t, _ in lines) + "\n    pass\n"
+        tree = ast.parse(text)
+        reads, value_reads, shape_only = set(), set(), set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and src(node.func) == "np.zeros_like":
+                shape_only |= {id(a) for a in node.args}
+            elif isinstance(node, ast.Attribute) and node.attr in ("shape", "size", "ndim"):
+                shape_only.add(id(node.value))
+            elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
+                shape_only.add(id(node.value))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                reads.add(node.id)
+                if id(node) not in shape_only:
+                    value_reads.add(node.id)
+        return reads, value_reads
+
+    def pushes_value(self, v):
+        return v in self.R and v in self.multi and v not in self.private
+
+    def pushes_site(self, s):
+        return self.pushes_value(s.target) and id(s) not in self.fresh_defs
+
+    def pushes_store(self, s):
+        return s.array in self.RV
+
+    def store_kind(self, s):
+        t = self.an.type_of(ast.Subscript(value=ast.Name(id=s.array, ctx=ast.Load()), slice=s.index))
+        return "slice" if isinstance(t, nt.Array) else "elem"
+
+    # ---- adjoint statements ----------------------------------------------
+    def err(self, s, what, hint):
+        o = s.origin
+        return TransformError(f"{o.func} ({o.file}, line {o.line}): {what} in `{o.text}`. Hint: {hint}")
+
+    def adjoint_lines(self):
+        self.lines_cache = None
+        out = []
+        for k, atom in enumerate(self.p.outputs):
+            seed = f"d_out[{k}]" if self.p.returns_tuple else "d_out"
+            out += self.accumulate(atom, seed, "exact", rank(self.an.type_of(atom)))
+        body = self.rev_block(self.p.body)
+        inits = [(0, f"{self.adj(v)} = {self.zero_adj(v)}", None) for v in self.active_order()]
+        return inits + [(0, t, None) for _, t, _ in out] + body
+
+    def active_order(self):
+        return sorted(self.an.active, key=lambda n: (n not in self.params, n))
+
+    def rev_block(self, stmts):
+        out = []
+        for s in reversed(stmts):
+            out += self.rev_stmt(s)
+        return out
+
+    def rev_stmt(self, s):
+        comment = [(0, s.origin.comment(), s.origin)]
+        if isinstance(s, Assign):
+            body = self.pop_value(s.target) if self.pushes_site(s) else []
+            if s.target in self.an.active and not s.nodiff:
+                body += self.adjoint_assign(s)
+            return comment + body if body else []
+        if isinstance(s, Store):
+            return self.rev_store(s)
+        if isinstance(s, If):
+            rb, ro = self.rev_block(s.body), self.rev_block(s.orelse)
+            if not rb and not ro:
+                return []
+            out = [(0, f"if {s.cond}:", s.origin)] + self.indent(rb or [(0, "pass", None)])
+            if ro:
+                out += [(0, "else:", s.origin)] + self.indent(ro)
+            return out
+        if isinstance(s, For):
+            rb = self.rev_block(s.body)
+            pop = self.pop_value(s.var) if self.pushes_value(s.var) else []
+            if not rb:
+                return pop
+            return [(0, f"for {s.var} in {self.reversed_range(s)}:", s.origin)] + self.indent(rb) + pop
+        if isinstance(s, While):
+            rb = self.rev_block(s.body)
+            pop = self.pop_value(s.counter) if self.pushes_value(s.counter) else []
+            if not rb:
+                return pop
+            return [(0, f"for _ in range({s.counter}):", s.origin)] + self.indent(rb) + pop
+        raise AssertionError(s)
+
+    @staticmethod
+    def indent(lines):
+        return [(d + 1, t, o) for d, t, o in lines]
+
+    def reversed_range(self, s):
+        start, stop, step = src(s.start), src(s.stop), src(s.step)
+        if step == "1":
+            return f"range({tidy(f'{stop} - 1')}, {tidy(f'{start} - 1') if not start.lstrip('-').isdigit() else int(start) - 1}, -1)"
+        last = f"{start} + (trip_count({start}, {stop}, {step}) - 1) * {step}"
+        return f"range({tidy(last)}, {tidy(f'{start} - {step}')}, {tidy(f'-{step}')})"
+
+    def pop_value(self, v):
+        stack, top = self.stack(v, "value")
+        return [(0, f"{top} -= 1", None), (0, f"{v} = {stack}[{top}]", None)]
+
+    def rev_store(self, s):
+        out = []
+        if self.pushes_store(s):
+            stack, top = self.stack(s.array, self.store_kind(s))
+            out += [(0, f"{top} -= 1", None), (0, f"{subscript(s.array, s.index)} = {stack}[{top}]", None)]
+        if s.array in self.an.active:
+            view = subscript(self.adj(s.array), s.index)
+            vt = self.an.type_of(ast.Subscript(value=ast.Name(id=s.array, ctx=ast.Load()), slice=s.index))
+            out += self.accumulate(s.value, view, "reduce", rank(vt))
+            out.append((0, f"{view} = 0.0", None))
+        return [(0, s.origin.comment(), s.origin)] + out if out else []
+
+    def adjoint_assign(self, s):
+        v, ty = s.target, self.types.get(s.target)
+        contribs = self.contributions(s)
+        dv = self.adj(v)
+        self_uses = [c for c in contribs if isinstance(c[0], ast.Name) and c[0].id == v]
+        others = [c for c in contribs if c not in self_uses]
+        out = []
+        if not self_uses:
+            for atom, expr, mode, r in others:
+                out += self.accumulate(atom, expr.replace("\0g", dv), mode, r)
+            if v in self.multi:
+                out.append((0, f"{dv} = {self.zero_adj(v)}", None))
+            return out
+        if len(self_uses) == 1 and (self_uses[0][2] == "exact" or rank(ty) == 0):
+            for atom, expr, mode, r in others:
+                out += self.accumulate(atom, expr.replace("\0g", dv), mode, r)
+            new = tidy(self_uses[0][1].replace("\0g", dv))
+            if rank(ty) == 0 and self_uses[0][3] > 0:
+                new = f"np.sum({new})"
+            if new != dv:
+                out.append((0, f"{dv} = {new}", None))
+            return out
+        g = self.names.fresh(f"g_{v}")
+        out += [(0, f"{g} = {dv}", None), (0, f"{dv} = {self.zero_adj(v)}", None)]
+        for atom, expr, mode, r in contribs:
+            out += self.accumulate(atom, expr.replace("\0g", g), mode, r)
+        return out
+
+    def zero_adj(self, v):
+        return "np.zeros_like(%s)" % v if isinstance(self.types.get(v), nt.Array) else "0.0"
+
+    def contributions(self, s):
+        """(argument atom, adjoint expression with \\0g for the incoming adjoint, mode, rank)."""
+        value, out_ty = s.value, self.types.get(s.target)
+        out_rank = rank(out_ty)
+        if isinstance(value, (ast.Name, ast.Subscript)):
+            return [(value, "\0g", "exact", out_rank)]
+        if isinstance(value, (ast.Constant, ast.Attribute)):
+            return []
+        if isinstance(value, ast.BinOp) and isinstance(value.op, ast.MatMult):
+            return self.array_rule(s, "MatMult", [value.left, value.right], None)
+        if isinstance(value, ast.BinOp):
+            key = type(value.op).__name__
+            if key not in OPERATORS:
+                return []
+            partials = OPERATORS[key]
+            if key == "Pow" and isinstance(value.right, ast.Constant):
+                c = value.right.value
+                partials = ("1" if c == 1 else f"{float(c)!r} * a" if c == 2 else
+                            f"{float(c)!r} * a ** {float(c - 1)!r}", None)
+            return self.elementwise(s, partials, [value.left, value.right], out_ty)
+        if isinstance(value, ast.UnaryOp):
+            key = type(value.op).__name__
+            return self.elementwise(s, OPERATORS[key], [value.operand], out_ty) if key in OPERATORS else []
+        if isinstance(value, ast.Call):
+            fn = getattr(value, "srcad_fn", None)
+            if fn is None:
+                return [(value.func.value, "\0g", "exact", out_rank)]
+            if fn in NONDIFF:
+                return []
+            axis = next((k.value.value for k in value.keywords if k.arg == "axis"
+                         and isinstance(k.value, ast.Constant)), None)
+            if fn in ARRAY_RULES:
+                return self.array_rule(s, fn, value.args, axis)
+            if fn in ELEMENTWISE:
+                return self.elementwise(s, ELEMENTWISE[fn], value.args, out_ty)
+            raise self.err(s, f"no derivative rule for `{fn}`",
+                           "wrap it with ad.stop_gradient(...) if it should not be differentiated, "
+                           "or write it with supported math/NumPy functions")
+        return []
+
+    def subst(self, template, args, module="np"):
+        names = {"a": 0, "b": 1, "c": 2}
+        text = re.sub(r"(?<![\w.])g(?![\w(])", "\0g", template.replace("{M}", module))
+
+        def repl(m):
+            k = names[m.group(1)]
+            return f"({src(args[k])})" if k < len(args) else m.group(0)
+        return re.sub(r"(?<![\w.])([abc])(?![\w(])", repl, text)
+
+    def elementwise(self, s, partials, args, out_ty):
+        out_rank = rank(out_ty)
+        scalar64 = out_ty == nt.float64 and all(rank(self.an.type_of(a)) == 0 for a in args)
+        module = "math" if scalar64 else "np"
+        result = []
+        for k, (atom, p) in enumerate(zip(args, partials)):
+            if p is None or not self.an.is_active(atom):
+                continue
+            others_scalar = all(rank(self.an.type_of(a)) == 0 for j, a in enumerate(args) if j != k)
+            mode = "exact" if rank(self.an.type_of(atom)) == out_rank and others_scalar else "reduce"
+            if p.strip() in ("1", "1.0"):
+                expr = "\0g"
+            elif p.strip() in ("-1", "-1.0"):
+                expr = "-\0g"
+            else:
+                expr = "\0g * (" + self.subst(p, args, module) + ")"
+            result.append((atom, expr, mode, out_rank))
+        return result
+
+    def array_rule(self, s, fn, args, axis):
+        ranks = [rank(self.an.type_of(a)) for a in args]
+        triples = ARRAY_RULES[fn](ranks, axis) if fn != "MatMult" else ARRAY_RULES[fn](ranks)
+        if triples is None:
+            raise self.err(s, f"no derivative rule for `{fn}` on arrays of rank {ranks}",
+                           "use explicit loops or a supported form")
+        out_rank = rank(self.types.get(s.target))
+        result = []
+        for k, expr, mode in triples:
+            if not self.an.is_active(args[k]):
+                continue
+            if mode == "element":
+                _, idx, val = expr
+                result.append((("index", args[k], self.subst(idx, args)), self.subst(val, args), "exact", 0))
+                continue
+            r = ranks[k] if mode in ("exact", "expand") else out_rank
+            result.append((args[k], self.subst(expr, args), mode, r))
+        return result
+
+    def accumulate(self, atom, expr, mode, expr_rank):
+        """Lines adding `expr` into the adjoint of `atom`."""
+        if isinstance(atom, tuple):
+            _, arr, idx = atom
+            if not self.an.is_active(arr):
+                return []
+            lhs = f"{self.adj(arr.id)}[{idx}]"
+            return [(0, f"{lhs} += {tidy(expr)}", None)]
+        if isinstance(atom, (ast.Constant, ast.Attribute)) or not self.an.is_active(atom):
+            return []
+        if isinstance(atom, ast.Name):
+            lhs = self.adj(atom.id)
+        else:
+            lhs = subscript(self.adj(atom.value.id), atom.slice)
+        ra = rank(self.an.type_of(atom))
+        expr = tidy(expr)
+        if ra == 0 and expr_rank > 0:
+            return [(0, f"{lhs} += np.sum({expr})", None)]
+        if ra == 0 or expr_rank == 0 or mode in ("exact", "expand"):
+            return [(0, f"{lhs} += {expr}", None)]
+        return [(0, f"sum_into({lhs}, {expr})", None)]
+
+    # ---- forward -------------------------------------------------------
+    def saved_locals(self):
+        return sorted(n for n in self.R if n not in self.params and n not in self.private)
+
+    def forward_source(self):
+        w = Writer()
+        w.line(0, f"def {self.fname}_forward({', '.join(self.p.params)}):")
+        for (v, kind), (stack, top) in sorted(self.stacks.items()):
+            ty = self.types.get(v)
+            if kind == "value" and isinstance(ty, nt.Array):
+                w.line(1, f"{stack} = List.empty_list({self.list_type(ty)})")
+            elif kind == "slice":
+                vt = nt.Array(ty.dtype, self.slice_rank(v), "C")
+                w.line(1, f"{stack} = List.empty_list({self.list_type(vt)})")
+            else:
+                dty = ty.dtype if kind == "elem" else ty
+                w.line(1, f"{stack} = np.empty(16, {np_dtype(dty)})")
+            w.line(1, f"{top} = 0")
+        for v in self.saved_locals():
+            ty = self.types.get(v)
+            if isinstance(ty, nt.Array):
+                w.line(1, f"{v} = np.empty({(0,) * ty.ndim}, {np_dtype(ty.dtype)})")
+            elif zero_of(ty) is not None and isinstance(ty, (nt.Number, nt.Boolean)):
+                w.line(1, f"{v} = {zero_of(ty)}")
+            else:
+                raise TransformError(f"{self.p.name}: cannot save `{v}` of type {ty} for the reverse sweep. "
+                                     "Hint: keep tuples and other non-array values out of differentiated loops")
+        emit_block(w, self.p.body, 1, ForwardHooks(self))
+        saved = []
+        for key in sorted(self.stacks):
+            saved += list(self.stacks[key])
+        saved += self.saved_locals()
+        self.saved_names = saved
+        tup = "(" + ", ".join(saved) + ("," if len(saved) == 1 else "") + ")"
+        w.line(1, f"return {outputs_src(self.p)}, {tup}")
+        return w
+
+    def slice_rank(self, v):
+        for s in walk(self.p.body):
+            if isinstance(s, Store) and s.array == v and self.store_kind(s) == "slice":
+                return rank(self.an.type_of(ast.Subscript(value=ast.Name(id=v, ctx=ast.Load()), slice=s.index)))
+        return 1
+
+    def list_type(self, ty):
+        key = numba_type_src(ty)
+        if key not in self.list_types:
+            self.list_types[key] = f"T_{self.fname}_{len(self.list_types)}"
+        return self.list_types[key]
+
+    def type_defs(self):
+        return "".join(f"{name} = {key}\n" for key, name in self.list_types.items())
+
+    # ---- adjoint -------------------------------------------------------
+    def adjoint_source(self, active_args):
+        w = Writer()
+        params = ", ".join(self.p.params + ["saved", "d_out"])
+        w.line(0, f"def {self.fname}_adjoint({params}):")
+        saved = self.saved_names
+        if saved:
+            w.line(1, "(" + ", ".join(saved) + ("," if len(saved) == 1 else "") + ") = saved")
+        restored = sorted({s.array for s in walk(self.p.body) if isinstance(s, Store) and self.pushes_store(s)})
+        for a in restored:
+            w.line(1, f"{a} = {a}.copy()")
+        for d, t, o in self.lines:
+            if t.startswith("# "):
+                w.at(1 + d, o)
+                continue
+            w.line(1 + d, t, o)
+            if t.endswith(":"):
+                w.reset()
+        grads = []
+        for p, act in zip(self.p.params, active_args):
+            if not act:
+                continue
+            ty = self.types.get(p)
+            g = self.adj(p)
+            grads.append(f"np.float32({g})" if ty == nt.float32 else g)
+        w.line(1, "return (" + ", ".join(grads) + ("," if len(grads) == 1 else "") + ")")
+        return w
+
+
+class ForwardHooks(Hooks):
+    """Pushes old values before they are overwritten; counts while-loop trips."""
+
+    def __init__(self, rev):
+        self.rev = rev
+
+    def before(self, s, indent, w):
+        rev = self.rev
+        if isinstance(s, Assign) and rev.pushes_site(s):
+            self.push_value(s.target, indent, w)
+        elif isinstance(s, Store) and rev.pushes_store(s):
+            kind = rev.store_kind(s)
+            stack, top = rev.stack(s.array, kind)
+            old = subscript(s.array, s.index)
+            if kind == "elem":
+                w.line(indent, f"{stack}, {top} = push({stack}, {top}, {old})", s.origin)
+            else:
+                w.line(indent, f"{stack}.append({old}.copy())", s.origin)
+                w.line(indent, f"{top} += 1", s.origin)
+        elif isinstance(s, For):
+            if rev.pushes_value(s.var):
+                self.push_value(s.var, indent, w)
+            self.reserve(s, indent, w)
+        elif isinstance(s, While) and s.counter in rev.R:
+            if rev.pushes_value(s.counter):
+                self.push_value(s.counter, indent, w)
+            w.line(indent, f"{s.counter} = 0", s.origin)
+
+    def loop_top(self, s, indent, w):
+        if isinstance(s, While) and s.counter in self.rev.R:
+            w.line(indent, f"{s.counter} += 1", s.origin)
+
+    def push_value(self, v, indent, w):
+        stack, top = self.rev.stack(v, "value")
+        if isinstance(self.rev.types.get(v), nt.Array):
+            w.line(indent, f"{stack}.append({v})")
+            w.line(indent, f"{top} += 1")
+        else:
+            w.line(indent, f"{stack}, {top} = push({stack}, {top}, {v})")
+
+    def reserve(self, s, indent, w):
+        """Room for every push of one loop before it starts: none inside it."""
+        counts = {}
+
+        def visit(stmts):
+            for t in stmts:
+                if isinstance(t, Assign) and self.rev.pushes_site(t) \
+                        and not isinstance(self.rev.types.get(t.target), nt.Array):
+                    key = self.rev.stack(t.target, "value")
+                elif isinstance(t, Store) and self.rev.pushes_store(t) and self.rev.store_kind(t) == "elem":
+                    key = self.rev.stack(t.array, "elem")
+                elif isinstance(t, (For, While)) and self.rev.pushes_value(getattr(t, "var", None) or t.counter):
+                    key = self.rev.stack(getattr(t, "var", None) or t.counter, "value")
+                else:
+                    key = None
+                if key:
+                    counts[key] = counts.get(key, 0) + 1
+                if isinstance(t, If):
+                    visit(t.body)
+                    visit(t.orelse)
+        visit(s.body)
+        if not counts:
+            return
+        start, stop, step = src(s.start), src(s.stop), src(s.step)
+        trip = f"max({tidy(f'{stop} - {start}')}, 0)" if step == "1" else f"trip_count({start}, {stop}, {step})"
+        for (stack, top), k in counts.items():
+            need = f"{top} + {trip}" if k == 1 else f"{top} + {k} * {trip}"
+            w.line(indent, f"{stack} = grow({stack}, {need})", s.origin)
+
+
+def module_source(primal_w, forward_w, adjoint_w, rev):
+    return HEADER + "\n" + rev.type_defs() + "\n\n" + primal_w.text() + "\n\n" + forward_w.text() + \
+        "\n\n" + adjoint_w.text()
+
+
+def _names(expr):
+    return {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)} if expr is not None else set()
+
+
+def _stmt_reads(s):
+    """Names a statement itself reads (not its nested blocks)."""
+    if isinstance(s, Assign):
+        return _names(s.value)
+    if isinstance(s, Store):
+        return _names(s.index) | _names(s.value) | {s.array}
+    if isinstance(s, If):
+        return {s.cond}
+    if isinstance(s, For):
+        return _names(s.start) | _names(s.stop) | _names(s.step)
+    if isinstance(s, While):
+        return {s.cond}
+    return set()
+
+
+def _stmt_defs(s):
+    if isinstance(s, Assign):
+        return {s.target}
+    if isinstance(s, For):
+        return {s.var}
+    if isinstance(s, While):
+        return {s.counter}
+    return set()

@@ -1,0 +1,81 @@
+"""Small Numba helpers the generated code calls: stacks and broadcast sums.
+
+They live in one importable module (not in every generated file) so that
+Numba compiles and caches them once.
+"""
+import numba
+import numpy as np
+from numba.extending import overload
+
+
+@numba.njit(cache=True)
+def grow(stack, need):
+    """Return `stack` with room for at least `need` entries (amortised doubling)."""
+    if need <= stack.shape[0]:
+        return stack
+    bigger = np.empty(max(need, 2 * stack.shape[0]), stack.dtype)
+    bigger[:stack.shape[0]] = stack
+    return bigger
+
+
+@numba.njit(cache=True)
+def push(stack, top, value):
+    """Push one value; returns the (possibly reallocated) stack and the new top."""
+    if top == stack.shape[0]:
+        stack = grow(stack, top + 1)
+    stack[top] = value
+    return stack, top + 1
+
+
+def sum_into(dest, grad):
+    """dest += grad, summing over the axes along which dest was broadcast."""
+    dest += np.sum(grad) if np.ndim(dest) == 0 else _reduce_like(np.asarray(grad), np.shape(dest))
+
+
+def _reduce_like(grad, shape):
+    while grad.ndim > len(shape):
+        grad = grad.sum(axis=0)
+    for k, n in enumerate(shape):
+        if n == 1 and grad.shape[k] != 1:
+            grad = grad.sum(axis=k, keepdims=True)
+    return grad
+
+
+def _sum_into_source(rd, rg):
+    off = rg - rd
+    idx_g = ", ".join(f"i{k}" for k in range(rg))
+    idx_d = ", ".join(f"(i{k + off} if b{k} else 0)" for k in range(rd))
+    lines = ["def impl(dest, grad):"]
+    if rd == rg:
+        lines += ["    if dest.shape == grad.shape:", "        dest += grad", "        return"]
+    for k in range(rd):
+        lines.append(f"    b{k} = dest.shape[{k}] != 1")
+    ind = "    "
+    for k in range(rg):
+        lines.append(f"{ind}for i{k} in range(grad.shape[{k}]):")
+        ind += "    "
+    lines.append(f"{ind}dest[{idx_d}{',' if rd == 1 else ''}] += grad[{idx_g}{',' if rg == 1 else ''}]")
+    return "\n".join(lines)
+
+
+@overload(sum_into)
+def _sum_into_overload(dest, grad):
+    if not isinstance(dest, numba.types.Array):
+        return None
+    if not isinstance(grad, numba.types.Array):
+        def scalar(dest, grad):
+            dest += grad
+        return scalar
+    if grad.ndim < dest.ndim:
+        return None
+    scope = {}
+    exec(_sum_into_source(dest.ndim, grad.ndim), scope)
+    return scope["impl"]
+
+
+@numba.njit(cache=True)
+def trip_count(start, stop, step):
+    """len(range(start, stop, step)) without building the range."""
+    if step > 0:
+        return max(0, (stop - start + step - 1) // step)
+    return max(0, (start - stop - step - 1) // (-step))

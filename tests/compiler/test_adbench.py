@@ -1,0 +1,99 @@
+"""ADBench GMM and LSTM through ``@ad.function``: objective and full gradient
+against the golden values in tests/data/adbench/golden (ADBench's
+rho = |a-b| / max(1, |a|+|b|) < 1e-8)."""
+
+import os
+
+import numpy as np
+import pytest
+
+try:
+    from . import adbench_models as M
+except ImportError:
+    import adbench_models as M
+
+import srcad as ad
+
+RHO = 1e-8
+GOLDEN = M.read_golden_objectives()
+
+_compiled = {}
+
+
+def compiled(fn):
+    if fn not in _compiled:
+        _compiled[fn] = ad.function(fn)
+    return _compiled[fn]
+
+
+def _assert_rho(got, expected, what):
+    got = np.asarray(got, dtype=np.float64).ravel()
+    expected = np.asarray(expected, dtype=np.float64).ravel()
+    assert got.shape == expected.shape, "%s: %d values, golden has %d" % (what, got.size, expected.size)
+    r = M.rho(got, expected)
+    worst = int(np.argmax(r))
+    assert r[worst] < RHO, "%s: rho %.3g at flat index %d: got %r, golden %r (%d of %d entries over)" % (
+        what, r[worst], worst, got[worst], expected[worst], int(np.sum(r >= RHO)), r.size)
+
+
+# -- the models themselves (no compiler needed) -------------------------------
+
+@pytest.mark.parametrize("path", M.GMM_FILES[:1])
+def test_gmm_python_objective(path):
+    data = M.read_gmm(os.path.join(M.DATA_DIR, path))
+    _assert_rho(M.gmm_objective(*M.gmm_args(data)), GOLDEN[path], path)
+    _assert_rho(M.gmm_objective_numpy(*M.gmm_args(data)), GOLDEN[path], path + " (numpy)")
+
+
+@pytest.mark.parametrize("path", M.GMM_FILES)
+def test_gmm_numpy_objective(path):
+    data = M.read_gmm(os.path.join(M.DATA_DIR, path))
+    _assert_rho(M.gmm_objective_numpy(*M.gmm_args(data)), GOLDEN[path], path)
+
+
+# -- compiled ------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", M.GMM_FILES)
+def test_gmm_objective_and_gradient(path):
+    data = M.read_gmm(os.path.join(M.DATA_DIR, path))
+    f = compiled(M.gmm_objective)
+    args = M.gmm_args(data)
+    _assert_rho(f(*args).numpy(), GOLDEN[path], path + " objective (compiled, no tape)")
+
+    alphas, means, icf = (ad.constant(a) for a in args[:3])
+    with ad.GradientTape() as tape:
+        tape.watch([alphas, means, icf])
+        err = f(alphas, means, icf, *args[3:])
+    _assert_rho(err.numpy(), GOLDEN[path], path + " objective (under tape)")
+    grads = tape.gradient(err, [alphas, means, icf])
+    for g, a, nm in zip(grads, args[:3], ("alphas", "means", "icf")):
+        assert g is not None, "%s: gradient w.r.t. %s is None" % (path, nm)
+        assert g.shape == a.shape, "%s: d/d%s has shape %s, expected %s" % (path, nm, g.shape, a.shape)
+    J = np.concatenate([np.asarray(g.numpy()).ravel() for g in grads])
+    golden = M.read_golden_gradient(M.golden_gradient_name(path))
+    k, d = args[1].shape
+    for nm, lo, hi in (("alphas", 0, k), ("means", k, k + k * d), ("icf", k + k * d, golden.size)):
+        _assert_rho(J[lo:hi], golden[lo:hi], "%s gradient %s" % (path, nm))
+
+
+@pytest.mark.parametrize("path", M.LSTM_FILES)
+def test_lstm_objective_and_gradient(path):
+    data = M.read_lstm(os.path.join(M.DATA_DIR, path))
+    args = M.lstm_args(data)
+    _assert_rho(M.lstm_objective(*args), GOLDEN[path], path + " objective (python)")
+    f = compiled(M.lstm_objective)
+    _assert_rho(f(*args).numpy(), GOLDEN[path], path + " objective (compiled, no tape)")
+    state_before = args[2].copy()
+
+    main, extra = ad.constant(args[0]), ad.constant(args[1])
+    with ad.GradientTape() as tape:
+        tape.watch([main, extra])
+        loss = f(main, extra, args[2], args[3])
+    _assert_rho(loss.numpy(), GOLDEN[path], path + " objective (under tape)")
+    g_main, g_extra = tape.gradient(loss, [main, extra])
+    assert g_main.shape == args[0].shape and g_extra.shape == args[1].shape
+    golden = M.read_golden_gradient(M.golden_gradient_name(path))
+    nm = args[0].size
+    _assert_rho(np.asarray(g_main.numpy()).ravel(), golden[:nm], path + " gradient main_params")
+    _assert_rho(np.asarray(g_extra.numpy()).ravel(), golden[nm:], path + " gradient extra_params")
+    np.testing.assert_array_equal(args[2], state_before)   # the state input is not modified

@@ -1,0 +1,441 @@
+"""Property test: random programs over the ``@ad.function`` subset.
+
+Hypothesis generates programs as Python source: straight-line scalar code,
+``for`` loops (several ``range`` forms) with scalar accumulators, loops that
+overwrite array elements written earlier, branches on data (``if/elif/else``,
+``and/or/not``, conditional expressions) also inside loops, ``while`` loops
+with data-dependent but bounded trip counts, ``break``/``continue``, whole-array
+NumPy expressions and slices, and undecorated helpers (some calling other
+helpers).  Every value stays in a safe domain (no log/sqrt of negatives:
+``exp(sin(.))``, ``tanh``, ``log(e*e + 1)``, ``sqrt(e*e + 1)``, ``e / (e*e + 1)``).
+
+Cost: one compile is the expensive part, so each generated *program* is a
+module whose entry function holds ``FRAGMENTS`` independent fragments (each a
+small program of its own, written inline with its own variable prefix or as a
+helper call) and returns one result per fragment as a tuple.  One compile
+therefore checks ``FRAGMENTS`` programs; ``MAX_EXAMPLES * FRAGMENTS`` >= 200
+fragment-programs per run.  The source is written to a file in a temporary
+directory and imported (the compiler reads source with ``inspect``).
+
+Check: the compiled primal equals the plain Python function, and the tape
+gradient w.r.t. (x, y, a, b) of sum_k w_k r_k equals central finite
+differences of the plain function (rtol 1e-5, atol 1e-7 * max(1, |phi|)).
+Finite differences are first checked against a 4th-order stencil so that an
+input near a kink (a branch threshold, a tie in max/min, a trip-count change)
+is rejected before compiling instead of failing the test.
+"""
+
+import importlib.util
+import itertools
+import os
+import sys
+import tempfile
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
+
+try:
+    from .gradcheck import central_fd, richardson_fd, scalarize, cotangents, fresh, _value
+except ImportError:
+    from gradcheck import central_fd, richardson_fd, scalarize, cotangents, fresh, _value
+
+import srcad as ad
+
+N = 6                      # array length of the inputs
+FRAGMENTS = int(os.environ.get("SRCAD_RANDPROG_FRAGMENTS", "8"))
+MAX_EXAMPLES = int(os.environ.get("SRCAD_RANDPROG_EXAMPLES", "25"))
+RTOL, ATOL = 1e-5, 1e-7
+
+# ---------------------------------------------------------------------------
+# program generator
+# ---------------------------------------------------------------------------
+
+_CONST = st.sampled_from(["0.5", "0.75", "1.25", "1.5", "0.3", "2.0", "0.9"])
+_THRESH = st.sampled_from(["0.0", "0.2", "-0.3", "0.45", "-0.1"])
+
+
+class _Gen:
+    """Builds source text from hypothesis draws."""
+
+    def __init__(self, draw, prefix, arrays=True):
+        self.draw = draw
+        self.p = prefix
+        self.arrays = arrays        # x, y, a, b visible (False inside helpers)
+        self.counter = itertools.count()
+
+    def name(self, base="t"):
+        return "%s%s%d" % (self.p, base, next(self.counter))
+
+    def leaf(self, scalars):
+        d = self.draw
+        kind = d(st.integers(0, 3))
+        if not self.arrays and kind in (1, 3):
+            kind = 0
+        if kind == 0 and scalars:
+            return d(st.sampled_from(scalars))
+        if kind == 1:
+            return d(st.sampled_from(["x", "y"])) + "[%d]" % d(st.integers(-N, N - 1))
+        if kind == 2:
+            return d(_CONST)
+        return d(st.sampled_from(["a", "b"]))
+
+    def expr(self, scalars, depth=2):
+        d = self.draw
+        if depth <= 0:
+            return self.leaf(scalars)
+        kind = d(st.integers(0, 14))
+        e = lambda: self.expr(scalars, depth - 1)   # noqa: E731
+        if kind == 0:
+            return self.leaf(scalars)
+        if kind == 1:
+            return "(%s + %s)" % (e(), e())
+        if kind == 2:
+            return "(%s - %s)" % (e(), e())
+        if kind == 3:
+            return "(%s * %s)" % (e(), e())
+        if kind == 4:
+            u = e()
+            return "(%s / (%s * %s + 1.0))" % (e(), u, u)
+        if kind == 5:
+            f = d(st.sampled_from(["math.sin", "math.cos", "math.tanh", "math.atan"]))
+            return "%s(%s)" % (f, e())
+        if kind == 6:
+            return "math.exp(math.sin(%s))" % e()
+        if kind == 7:
+            u = e()
+            f = d(st.sampled_from(["math.sqrt", "math.log"]))
+            return "%s(%s * %s + 1.0)" % (f, u, u)
+        if kind == 8:
+            return "(-%s)" % e()
+        if kind == 9:
+            return "%s(%s, %s)" % (d(st.sampled_from(["max", "min"])), e(), e())
+        if kind == 10:
+            return "(%s if %s > %s else %s)" % (e(), e(), d(_THRESH), e())
+        if kind == 11:
+            return "%s ** %d" % (self.leaf(scalars), d(st.integers(2, 3)))
+        if kind == 12:
+            return "(%s * %s)" % (d(_CONST), e())
+        if kind == 13:
+            return "abs(%s + 0.0625)" % e()
+        return "(%s + %s)" % (self.leaf(scalars), e())
+
+    def cond(self, scalars):
+        d = self.draw
+        c = "%s > %s" % (self.expr(scalars, 1), d(_THRESH))
+        kind = d(st.integers(0, 3))
+        if kind == 1:
+            c = "%s and %s < %s" % (c, self.expr(scalars, 1), d(_CONST))
+        elif kind == 2:
+            c = "%s or %s < %s" % (c, self.expr(scalars, 1), d(_THRESH))
+        elif kind == 3:
+            c = "not (%s)" % c
+        return c
+
+
+def _indent(lines, k=1):
+    return ["    " * k + ln for ln in lines]
+
+
+def frag_straight(g, scalars):
+    lines = []
+    names = list(scalars)
+    for _ in range(g.draw(st.integers(1, 4))):
+        kind = g.draw(st.integers(0, 3))
+        t = g.name()
+        if kind == 0 and names:
+            v = g.draw(st.sampled_from(names))
+            if v in ("a", "b"):
+                lines.append("%s = %s" % (t, v))
+                v = t
+                names.append(t)
+            op = g.draw(st.sampled_from(["+=", "-=", "*="]))
+            lines.append("%s %s %s" % (v, op, g.expr(names, 1)))
+            continue
+        if kind == 1:
+            t2 = g.name()
+            lines.append("%s, %s = %s, %s" % (t, t2, g.expr(names), g.expr(names)))
+            names += [t, t2]
+            continue
+        lines.append("%s = %s" % (t, g.expr(names)))
+        names.append(t)
+    return lines, g.expr(names, 1)
+
+
+_RANGES = ["range(n)", "range(1, n)", "range(n - 1, -1, -1)", "range(0, n, 2)",
+           "range(n - 1, 0, -2)"]
+
+
+def frag_loop(g, scalars):
+    s = g.name("s")
+    rng = g.draw(st.sampled_from(_RANGES))
+    inner = scalars + [s, "x[i]", "y[i]"]
+    lines = ["%s = %s" % (s, g.expr(scalars, 1)), "for i in %s:" % rng]
+    if g.draw(st.booleans()):
+        body = ["if %s:" % g.cond(inner),
+                "    %s = 0.5 * %s + %s" % (s, s, g.expr(inner)),
+                "else:",
+                "    %s = math.tanh(%s * %s)" % (s, s, g.expr(inner, 1))]
+    else:
+        body = ["%s = 0.5 * %s + %s" % (s, s, g.expr(inner))]
+    lines += _indent(body)
+    if g.draw(st.booleans()):        # a nested loop
+        j_body = ["    %s = %s + 0.1 * %s" % (s, s, g.expr(inner + ["x[j]"], 1))]
+        lines += _indent(["for j in range(%s):" % g.draw(st.sampled_from(["i", "2", "n - i"]))]
+                         + j_body)
+    return lines, s
+
+
+def frag_array_overwrite(g, scalars):
+    z = g.name("z")
+    alloc = g.draw(st.sampled_from(["x.copy()", "y.copy()", "np.zeros_like(x)",
+                                    "np.ones(n)", "np.empty_like(y)"]))
+    lines = ["%s = %s" % (z, alloc)]
+    if alloc.startswith("np.empty"):
+        lines += ["for i in range(n):", "    %s[i] = %s" % (z, g.expr(scalars + ["x[i]"], 1))]
+    kind = g.draw(st.integers(0, 3))
+    inner = scalars + ["x[i]", "y[i]", "%s[i]" % z]
+    if kind == 0:     # recurrence through the array, overwriting in place
+        lines += ["for i in range(1, n):",
+                  "    %s[i] = 0.5 * %s[i - 1] + %s" % (z, z, g.expr(inner))]
+    elif kind == 1:   # read-modify-write, twice
+        lines += ["for i in range(n):", "    %s[i] = %s" % (z, g.expr(inner)),
+                  "for i in range(n - 1, -1, -1):",
+                  "    %s[i] = math.sin(%s[i]) * %s" % (z, z, g.expr(inner, 1))]
+    elif kind == 2:   # few slots, overwritten many times
+        w = g.name("w")
+        lines = ["%s = np.zeros(3)" % w, "for i in range(n):",
+                 "    %s[i %% 3] = 0.5 * %s[i %% 3] + %s" % (w, w, g.expr(scalars + ["x[i]", "%s[i %% 3]" % w])),
+                 "%s = %s" % (z, alloc if not alloc.startswith("np.empty") else "x.copy()")]
+        lines += ["for i in range(3):", "    %s[i] = %s[i] * %s[i]" % (z, z, w)]
+    else:             # slice writes
+        lines += ["%s[1:] = %s[:-1] * %s + x[1:]" % (z, z, g.expr(scalars, 1)),
+                  "%s[0] = %s" % (z, g.expr(scalars, 1)),
+                  "%s[::2] = np.sin(%s[::2])" % (z, z)]
+    red = g.draw(st.sampled_from(["np.sum(%s * y)", "np.dot(%s, x)", "%s[n - 1] + np.mean(%s)",
+                                  "np.sum(np.tanh(%s))"]))
+    return lines, red.replace("%s", z)
+
+
+def frag_branch(g, scalars):
+    t = g.name()
+    lines = ["if %s:" % g.cond(scalars), "    %s = %s" % (t, g.expr(scalars))]
+    if g.draw(st.booleans()):
+        lines += ["elif %s:" % g.cond(scalars), "    %s = %s" % (t, g.expr(scalars))]
+    lines += ["else:", "    %s = %s" % (t, g.expr(scalars))]
+    if g.draw(st.booleans()):   # early-return style branch folded into a value
+        lines += ["if %s > 5.0:" % t, "    %s = 5.0 + 0.0 * %s" % (t, t)]
+    return lines, t
+
+
+def frag_while(g, scalars):
+    s, k = g.name("s"), g.name("k")
+    lim = g.draw(st.sampled_from(["1.5", "2.5", "4.0"]))
+    maxit = g.draw(st.integers(3, 12))
+    e = g.expr(scalars + [s, "x[%s %% n]" % k], 1)
+    lines = ["%s = %s" % (s, g.expr(scalars, 1)), "%s = 0" % k,
+             "while %s < %s and %s < %d:" % (s, lim, k, maxit),
+             "    %s = %s + %s * %s + 0.05" % (s, s, e, e),
+             "    %s += 1" % k]
+    return lines, "%s * %s + %s" % (s, g.expr(scalars, 1), k)
+
+
+def frag_break_continue(g, scalars):
+    s = g.name("s")
+    inner = scalars + [s, "x[i]", "y[i]"]
+    lines = ["%s = 0.0" % s, "for i in range(n):",
+             "    if x[i] > %s:" % g.draw(_THRESH), "        continue",
+             "    %s = %s + %s" % (s, s, g.expr(inner)),
+             "    if %s > %s:" % (s, g.draw(st.sampled_from(["1.0", "2.0", "3.5"]))),
+             "        break"]
+    return lines, s
+
+
+def frag_numpy(g, scalars):
+    def arr(depth):
+        k = g.draw(st.integers(0, 6 if depth > 0 else 1))
+        if k == 0:
+            return "x"
+        if k == 1:
+            return "y"
+        sub = lambda: arr(depth - 1)   # noqa: E731
+        if k == 2:
+            return "np.%s(%s)" % (g.draw(st.sampled_from(["sin", "cos", "tanh"])), sub())
+        if k == 3:
+            return "(%s * %s)" % (sub(), sub())
+        if k == 4:
+            return "(%s + %s * %s)" % (sub(), g.leaf(scalars), sub())
+        if k == 5:
+            return "np.exp(np.sin(%s))" % sub()
+        return "(%s / (%s * %s + 1.0))" % (sub(), "x", "x")
+    red = g.draw(st.integers(0, 3))
+    if red == 0:
+        return [], "np.sum(%s)" % arr(2)
+    if red == 1:
+        return [], "np.dot(%s, %s)" % (arr(2), arr(1))
+    if red == 2:
+        return [], "np.mean(%s) * %s" % (arr(2), g.leaf(scalars))
+    u = g.name("u")
+    return ["%s = %s" % (u, arr(2))], "np.sum(%s[1:] * %s[:-1]) + %s[0]" % (u, u, u)
+
+
+class _Helpers:
+    def __init__(self):
+        self.defs = []
+        self.names = []
+
+
+def frag_helper(g, scalars, helpers):
+    d = g.draw
+    hname = "helper%d_%s" % (len(helpers.names), g.p.strip("_"))
+    kind = d(st.integers(0, 1))
+    if kind == 0:     # scalar helper, maybe calling an earlier helper
+        body_lines, ret = frag_straight(_Gen(d, "h_", arrays=False), ["u", "v"])
+        callee = [h for h in helpers.names if h.startswith("s")]
+        if callee and d(st.booleans()):
+            body_lines.append("h_c = %s(%s, u)" % (d(st.sampled_from(callee)), ret))
+            ret = "h_c * 0.5 + %s" % ret
+        src = ["def s%s(u, v):" % hname] + _indent(body_lines) + ["    return %s" % ret]
+        helpers.defs.append("\n".join(src))
+        helpers.names.append("s" + hname)
+        return [], "s%s(%s, %s)" % (hname, g.expr(scalars, 1), g.expr(scalars, 1))
+    # array helper with a loop and an inner call of a scalar helper
+    callee = [h for h in helpers.names if h.startswith("s")]
+    call = ("%s(arr[i], acc)" % d(st.sampled_from(callee))) if callee else "math.sin(arr[i] * acc)"
+    src = ["def a%s(arr, c):" % hname,
+           "    acc = c",
+           "    for i in range(arr.shape[0]):",
+           "        acc = 0.5 * acc + arr[i] * %s" % call,
+           "    return acc"]
+    helpers.defs.append("\n".join(src))
+    helpers.names.append("a" + hname)
+    return [], "a%s(%s, %s)" % (hname, d(st.sampled_from(["x", "y"])), g.expr(scalars, 1))
+
+
+_FRAGS = [frag_straight, frag_loop, frag_array_overwrite, frag_branch, frag_while,
+          frag_break_continue, frag_numpy, "helper"]
+
+
+@st.composite
+def programs(draw, fragments=FRAGMENTS):
+    helpers = _Helpers()
+    body = []
+    results = []
+    kinds = []
+    for k in range(fragments):
+        frag = draw(st.sampled_from(_FRAGS))
+        g = _Gen(draw, "f%d_" % k)
+        scalars = ["a", "b"]
+        if frag == "helper":
+            lines, res = frag_helper(g, scalars, helpers)
+            kinds.append("helper")
+        else:
+            lines, res = frag(g, scalars)
+            kinds.append(frag.__name__[5:])
+        r = "r%d" % k
+        body += ["# fragment %d: %s" % (k, kinds[-1])] + lines + ["%s = %s" % (r, res)]
+        results.append(r)
+    src = ["import math", "import numpy as np", ""]
+    for h in helpers.defs:
+        src += [h, ""]
+    src += ["def prog(x, y, a, b, n):"] + _indent(body)
+    src += ["    return " + ", ".join(results) + ("," if len(results) == 1 else "")]
+    seed = draw(st.integers(0, 2 ** 16))
+    return "\n".join(src) + "\n", seed, kinds
+
+
+# ---------------------------------------------------------------------------
+# running a program
+# ---------------------------------------------------------------------------
+
+_TMP = tempfile.mkdtemp(prefix="srcad_randprog_")
+_counter = itertools.count()
+
+
+def load_program(src):
+    path = os.path.join(_TMP, "randprog_%d.py" % next(_counter))
+    with open(path, "w") as fh:
+        fh.write(src)
+    modname = os.path.basename(path)[:-3]
+    spec = importlib.util.spec_from_file_location(modname, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def make_inputs(seed):
+    r = np.random.default_rng(seed)
+    return (r.uniform(-1.0, 1.0, N), r.uniform(-1.0, 1.0, N),
+            float(r.uniform(-1.0, 1.0)), float(r.uniform(-1.0, 1.0)), N)
+
+
+ACTIVE = (0, 1, 2, 3)
+
+
+def reference(py, args):
+    """Plain Python outputs, FD gradients, cotangents; None if the point is
+    unusable (non-finite values, or within FD reach of a kink)."""
+    out = py(*fresh(args))
+    outs = out if isinstance(out, tuple) else (out,)
+    vals = [np.asarray(o, dtype=np.float64) for o in outs]
+    if not all(np.all(np.isfinite(v)) and np.all(np.abs(v) < 1e6) for v in vals):
+        return None
+    ws = cotangents(outs)
+
+    def phi(a):
+        o = py(*fresh(a))
+        return scalarize(o if isinstance(o, tuple) else (o,), ws)
+
+    phi0 = phi(args)
+    fds = []
+    for i in ACTIVE:
+        fd = central_fd(phi, args, i)
+        fd4 = richardson_fd(phi, args, i, step=1e-4)
+        if not np.all(np.abs(fd - fd4) <= 0.1 * (RTOL * np.abs(fd4) + ATOL * max(1.0, abs(phi0)))):
+            return None
+        fds.append(fd)
+    return out, ws, fds, phi0
+
+
+def check_program(src, seed):
+    mod = load_program(src)
+    args = make_inputs(seed)
+    ref = reference(mod.prog, args)
+    assume(ref is not None)
+    expected, ws, fds, phi0 = ref
+
+    f = ad.function(mod.prog)
+    got = f(*fresh(args))
+    assert isinstance(got, tuple) and len(got) == len(expected)
+    for k, (gv, ev) in enumerate(zip(got, expected)):
+        np.testing.assert_allclose(_value(gv), np.asarray(ev), rtol=1e-12, atol=1e-12,
+                                   err_msg="result r%d: compiled vs Python\n%s" % (k, src))
+
+    targs = list(fresh(args))
+    srcs = [ad.constant(targs[i]) for i in ACTIVE]
+    for i, t in zip(ACTIVE, srcs):
+        targs[i] = t
+    with ad.GradientTape() as tape:
+        for t in srcs:
+            tape.watch(t)
+        out = f(*targs)
+    grads = tape.gradient(list(out), srcs, output_gradients=[ad.constant(w) for w in ws])
+    for i, g, fd in zip(ACTIVE, grads, fds):
+        gv = np.zeros_like(fd) if g is None else np.asarray(g.numpy(), dtype=np.float64)
+        np.testing.assert_allclose(
+            gv, fd, rtol=RTOL, atol=ATOL * max(1.0, abs(phi0)),
+            err_msg="gradient w.r.t. %s (seed %d)\n%s" % ("xyab"[i], seed, src))
+
+
+@settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                 HealthCheck.data_too_large])
+@given(programs())
+def test_random_program_gradient(prog):
+    src, seed, kinds = prog
+    check_program(src, seed)
+
+
+def test_enough_programs():
+    assert MAX_EXAMPLES * FRAGMENTS >= 200

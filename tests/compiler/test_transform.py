@@ -1,0 +1,154 @@
+"""transform() driven directly: primal equals Python, adjoint equals finite differences."""
+import numba
+import numpy as np
+import pytest
+
+from srcad.compiler import transform
+
+import _transform_cases as C
+
+rng = np.random.default_rng(0)
+_CACHE = {}
+
+
+def compiled(fn, args, active):
+    key = (fn.__name__, tuple(str(numba.typeof(a)) for a in args), tuple(active))
+    if key not in _CACHE:
+        _CACHE[key] = transform(fn, tuple(numba.typeof(a) for a in args), tuple(active))
+    return _CACHE[key]
+
+
+def _weights(out):
+    """A fixed cotangent for each output, so one scalar checks every output."""
+    if isinstance(out, tuple):
+        return tuple(_weights(o) * (k + 1) for k, o in enumerate(out))
+    if isinstance(out, np.ndarray):
+        return np.linspace(0.5, 1.5, out.size).reshape(out.shape).astype(out.dtype)
+    return 1.0
+
+
+def _dot(out, w):
+    if isinstance(out, tuple):
+        return sum(_dot(o, v) for o, v in zip(out, w))
+    return float(np.sum(np.asarray(out, dtype=np.float64) * w))
+
+
+def _copy(args):
+    return [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+
+
+def finite_differences(fn, args, k, w, eps):
+    a = args[k]
+    if isinstance(a, np.ndarray):
+        grad = np.zeros(a.shape)
+        for idx in np.ndindex(a.shape):
+            plus, minus = _copy(args), _copy(args)
+            plus[k][idx] += eps
+            minus[k][idx] -= eps
+            grad[idx] = (_dot(fn(*plus), w) - _dot(fn(*minus), w)) / (2 * eps)
+        return grad
+    plus, minus = _copy(args), _copy(args)
+    plus[k] = a + eps
+    minus[k] = a - eps
+    return (_dot(fn(*plus), w) - _dot(fn(*minus), w)) / (2 * eps)
+
+
+def check(fn, args, active, rtol=1e-6, atol=1e-8, eps=1e-6):
+    t = compiled(fn, args, active)
+    expected = fn(*_copy(args))
+    got = t.primal(*_copy(args))
+    np.testing.assert_allclose(np.asarray(got, dtype=float) if not isinstance(got, tuple) else
+                               np.array([np.sum(g) for g in got]),
+                               np.asarray(expected, dtype=float) if not isinstance(expected, tuple) else
+                               np.array([np.sum(e) for e in expected]), rtol=1e-12, atol=1e-12)
+    run_args = _copy(args)
+    out, saved = t.forward(*run_args)
+    w = _weights(out)
+    grads = t.adjoint(*run_args, saved, w)
+    again = t.adjoint(*run_args, saved, w)
+    active_ks = [k for k, a in enumerate(active) if a]
+    assert len(grads) == len(active_ks)
+    for g, g2, k in zip(grads, again, active_ks):
+        fd = finite_differences(fn, args, k, w, eps)
+        if isinstance(args[k], np.ndarray):
+            assert g.shape == args[k].shape and g.dtype == args[k].dtype
+        np.testing.assert_allclose(g, fd, rtol=rtol, atol=atol, err_msg=f"gradient of argument {k}")
+        np.testing.assert_array_equal(g, g2)
+    return t
+
+
+def vec(n, lo=-1.0, hi=1.0):
+    return rng.uniform(lo, hi, n)
+
+
+CASES = [
+    ("straight", C.straight, (0.7, -1.3), (True, True)),
+    ("nested_loops", C.nested_loops, (vec(5), 5), (True, False)),
+    ("loop_carried", C.loop_carried, (vec(6), 3), (True, False)),
+    ("rebind_array", C.rebind_array, (rng.uniform(-0.5, 0.5, (4, 4)), vec(4), vec(4), 3), (True, True, True, False)),
+    ("newton_sqrt", C.newton_sqrt, (2.5,), (True,)),
+    ("while_data", C.while_data, (0.9,), (True,)),
+    ("with_break", C.with_break, (np.array([0.5, 0.3, 0.2, -0.1, 0.7]),), (True,)),
+    ("with_break_none", C.with_break, (np.array([0.5, 0.3, 0.2]),), (True,)),
+    ("with_continue", C.with_continue, (vec(6),), (True,)),
+    ("early_return_first", C.early_return, (1.5, 0.3), (True, True)),
+    ("early_return_loop", C.early_return, (0.5, 0.6), (True, True)),
+    ("early_return_end", C.early_return, (0.1, 0.01), (True, True)),
+    ("branches", C.branches, (np.array([0.9, 0.3, -0.4, 0.7, 0.1, -0.2]),), (True,)),
+    ("tuple_return", C.tuple_return, (0.4, 1.7), (True, True)),
+    ("helpers", C.helpers, (vec(4), 0.8), (True, True)),
+    ("int_args", C.int_args, (vec(5), 7, 3), (True, False, False)),
+    ("stop_grad", C.stop_grad, (1.3,), (True,)),
+    ("arrays", C.arrays, (rng.uniform(-1, 1, (3, 4)), vec(4), vec(3)), (True, True, True)),
+    ("arrays_partial", C.arrays, (rng.uniform(-1, 1, (3, 4)), vec(4), vec(3)), (False, True, False)),
+    ("swap_unpack", C.swap_unpack, (0.6, 1.1), (True, True)),
+    ("cond_expr", C.cond_expr, (vec(6),), (True,)),
+    ("aug_assign", C.aug_assign, (vec(5, 0.5, 1.5),), (True,)),
+    ("slices", C.slices, (vec(5),), (True,)),
+    ("matrix_loops", C.matrix_loops, (rng.uniform(-1, 1, (3, 4)), vec(4)), (True, True)),
+]
+
+
+@pytest.mark.parametrize("name,fn,args,active", CASES, ids=[c[0] for c in CASES])
+def test_gradient_matches_finite_differences(name, fn, args, active):
+    check(fn, args, active)
+
+
+def test_float32_stays_float32():
+    x = np.linspace(0.1, 1.0, 4).astype(np.float32)
+    c = np.float32(0.7)
+    t = compiled(C.float32_fn, (x, c), (True, True))
+    out, saved = t.forward(x, c)
+    gx, gc = t.adjoint(x, c, saved, 1.0)
+    assert gx.dtype == np.float32   # (Numba boxes float32 scalars as Python floats)
+    assert np.float32(gc) == gc
+    x64, c64 = x.astype(np.float64), float(c)
+    expected_gx = np.cos(x64 * c64) * c64 * c64
+    np.testing.assert_allclose(gx, expected_gx, rtol=1e-5)
+
+
+def test_int_argument_gets_no_gradient():
+    t = compiled(C.int_args, (vec(5), 7, 3), (True, False, False))
+    out, saved = t.forward(vec(5), 7, 3)
+    assert len(t.adjoint(vec(5), 7, 3, saved, 1.0)) == 1
+
+
+def test_active_int_argument_is_a_type_error():
+    with pytest.raises(TypeError, match="only float"):
+        transform(C.int_args, (numba.float64[:], numba.int64, numba.int64), (True, True, False))
+
+
+def test_source_has_line_comments_and_no_waste():
+    x = np.linspace(0.1, 1.0, 5)
+    t = compiled(C.loop_carried, (x, 2), (True, False))
+    adjoint = t.source("adjoint")
+    assert "# line" in adjoint and "def loop_carried_adjoint(x, steps, saved, d_out):" in adjoint
+    assert "h[i] = h[i] * 0.9 + math.tanh(h[i - 1]) * 0.5" in adjoint
+    forward = t.source("forward")
+    assert "grow(" in forward   # capacity reserved before the loop
+
+
+def test_outputs_description():
+    t = compiled(C.tuple_return, (0.4, 1.7), (True, True))
+    assert t.returns_tuple and t.n_outputs == 2
+    assert t.primal(0.4, 1.7) == C.tuple_return(0.4, 1.7)

@@ -1,0 +1,158 @@
+"""Bad input gets a standard exception saying what was passed and what was expected."""
+
+import logging
+
+import numpy as np
+import pytest
+
+import srcad as ad
+
+
+@pytest.fixture
+def tape_xy():
+    x = ad.Variable([1.0, 2.0])
+    with ad.GradientTape(persistent=True) as t:
+        y = x * x
+    return t, x, y
+
+
+# -- watch ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad, shown", [("abc", "abc of type 'str'"), (None, "None of type 'NoneType'"),
+                                        (3, "3 of type 'int'"), ([ad.constant(1.0), 2.0], "2.0 of type 'float'"),
+                                        (np.ones(2), "\\[1. 1.\\] of type 'ndarray'")])
+def test_watch_non_tensor(bad, shown):
+    with ad.GradientTape() as t:
+        with pytest.raises(ValueError, match=f"Passed in object {shown}, not ad.Tensor or ad.Variable"):
+            t.watch(bad)
+
+
+# -- targets
+
+@pytest.mark.parametrize("bad, shown", [("abc", "'abc' of type 'str'"), (np.ones(2), "of type 'ndarray'"),
+                                        (1.5, "1.5 of type 'float'")])
+def test_non_tensor_target(tape_xy, bad, shown):
+    t, x, _ = tape_xy
+    with pytest.raises(TypeError, match=f"Argument `target` should be a Tensor, a Variable or a nested structure "
+                                        f"of them, but it holds .*{shown}"):
+        t.gradient(bad, x)
+
+
+@pytest.mark.parametrize("target_kind", ["none", "list_with_none", "dict_with_none"])
+def test_none_target(tape_xy, target_kind):
+    t, x, y = tape_xy
+    target = {"none": None, "list_with_none": [y, None], "dict_with_none": {"a": y, "b": None}}[target_kind]
+    with pytest.raises(TypeError, match="to be differentiated, but received None"):
+        t.gradient(target, x)
+
+
+def test_none_target_jacobians(tape_xy):
+    t, x, y = tape_xy
+    with pytest.raises(TypeError, match="received None"):
+        t.jacobian(None, x)
+    with pytest.raises(TypeError, match="received None"):
+        t.batch_jacobian(None, x)
+
+
+# -- sources
+
+@pytest.mark.parametrize("bad, shown", [("abc", "'abc' of type 'str'"), (None, "None of type 'NoneType'"),
+                                        (1.0, "1.0 of type 'float'"), (np.ones(2), "of type 'ndarray'")])
+def test_non_tensor_source(tape_xy, bad, shown):
+    t, x, y = tape_xy
+    with pytest.raises(TypeError, match=f"Argument `sources` should be a Tensor, a Variable or a nested structure "
+                                        f"of them, but it holds .*{shown}"):
+        t.gradient(y, [x, bad])
+    with pytest.raises(TypeError, match="Argument `sources`"):
+        t.jacobian(y, {"x": x, "bad": bad})
+
+
+def test_integer_sources_give_none_with_a_warning(caplog):
+    xi = ad.constant([1, 2])
+    vi = ad.Variable([3, 4])
+    with caplog.at_level(logging.WARNING, logger="srcad"):
+        with ad.GradientTape(persistent=True) as t:
+            t.watch(xi)
+            y = xi * vi * 2
+            z = ad.constant(1.5) * xi
+        assert t.gradient(y, xi) is None and t.gradient(y, vi) is None and t.gradient(z, xi) is None
+    assert "The dtype of the source tensor must be floating" in caplog.text and "int64" in caplog.text
+    zero = t.gradient(y, vi, unconnected_gradients="zero")
+    assert zero.dtype.kind == "i" and not zero.numpy().any()
+
+
+# -- output_gradients
+
+@pytest.mark.parametrize("og, shape", [(np.ones(3), "\\(3,\\)"), (np.ones((2, 2)), "\\(2, 2\\)"),
+                                       ([1.0, 2.0, 3.0], "\\(3,\\)")])
+def test_incompatible_output_gradients(tape_xy, og, shape):
+    t, x, y = tape_xy
+    with pytest.raises(ValueError, match=f"output_gradients entry of shape {shape} is incompatible with its target "
+                                         f"of shape \\(2,\\)"):
+        t.gradient(y, x, output_gradients=og)
+
+
+def test_output_gradients_wrong_count_and_type(tape_xy):
+    t, x, y = tape_xy
+    with pytest.raises(ValueError, match="output_gradients must hold one entry per target: got 1 for 2 targets"):
+        t.gradient([y, y], x, output_gradients=[ad.constant([1.0, 1.0])])
+    with pytest.raises(TypeError, match="output_gradients entry 'abc' of type 'str' is not a number"):
+        t.gradient(y, x, output_gradients="abc")
+
+
+def test_output_gradients_list_for_single_target(tape_xy):
+    t, x, y = tape_xy
+    np.testing.assert_array_equal(t.gradient(y, x, output_gradients=[1.0, 3.0]).numpy(), [2.0, 12.0])
+
+
+def test_unconnected_gradients_bad_values(tape_xy):
+    t, x, y = tape_xy
+    for bad in ("nonsense", 3, None, "ZERO"):
+        with pytest.raises(ValueError, match=f"Unknown value for unconnected_gradients: {bad!r}"):
+            t.gradient(y, x, unconnected_gradients=bad)
+
+
+# -- tensors and operations
+
+@pytest.mark.parametrize("bad", ["abc", None, b"bytes"])
+def test_tensor_from_non_numbers(bad):
+    with pytest.raises(TypeError, match=f"Cannot convert {bad!r}.*expected a number, a NumPy array"):
+        ad.constant(bad)
+    with pytest.raises(TypeError, match="Cannot convert"):
+        ad.Variable(bad)
+
+
+def test_string_operand_is_a_type_error():
+    x = ad.Variable(1.0)
+    with ad.GradientTape():
+        with pytest.raises(TypeError):
+            x + "a"
+
+
+def test_custom_gradient_bad_grad_values():
+    @ad.custom_gradient
+    def f(x):
+        return x * 2.0, lambda dy: "not a gradient"
+
+    x = ad.Variable(1.0)
+    with ad.GradientTape() as t:
+        y = f(x)
+    with pytest.raises(TypeError, match="The gradient function of 'f' returned 'not a gradient' of type 'str' for "
+                                        "input 0"):
+        t.gradient(y, x)
+
+
+def test_custom_gradient_bad_outputs():
+    @ad.custom_gradient
+    def f(x):
+        return "text", lambda dy: dy
+
+    with pytest.raises(TypeError, match="returned 'text' of type 'str' as an output"):
+        f(ad.constant(1.0))
+
+
+def test_jacobian_parallel_iterations_bad(tape_xy):
+    t, x, y = tape_xy
+    for bad in (0, -1, 1.5, "2"):
+        with pytest.raises(ValueError, match=f"parallel_iterations must be a positive integer or None, got {bad!r}"):
+            t.jacobian(y, x, parallel_iterations=bad)
