@@ -40,7 +40,9 @@ def _sigmoid_value(x):
 
 
 _sigmoid = primitive(_sigmoid_value, lambda g, ans, x: g * ans * (1 - ans), name="sigmoid")
-_relu = primitive(lambda x: np.maximum(x, 0), lambda g, ans, x: _r.where(ans > 0, g, 0.0), name="relu")
+# The relu rule multiplies by the mask (as TensorFlow's ReluGrad): np.where with a data-dependent
+# condition is ~20x slower than a multiply on large arrays (branch mispredictions).
+_relu = primitive(lambda x: np.maximum(x, 0), lambda g, ans, x: g * (ans > 0), name="relu")
 
 
 def sigmoid(x):

@@ -1,4 +1,5 @@
 """The compiler's entry point and the object the tape integration uses."""
+import numba
 from numba.core import errors as nb_errors
 from numba.core import types as nt
 
@@ -98,6 +99,11 @@ def transform(pyfunc, arg_types, active):
     except (nb_errors.TypingError, nb_errors.UnsupportedError, nb_errors.LoweringError, NameError) as exc:
         raise user_error(exc, primal_path, [None] * offset + primal_w.origins, fname) from None
     overload = primal.overloads[arg_types]
+    if not hasattr(overload.type_annotation, "typemap"):
+        # Loaded from Numba's disk cache, which drops the typemap: type it afresh.
+        fresh = numba.njit(cache=False)(primal.py_func)
+        fresh.compile(arg_types)
+        overload = fresh.overloads[arg_types]
     types = unify_types(overload.type_annotation.typemap)
     for p, t in zip(program.params, arg_types):
         types[p] = t

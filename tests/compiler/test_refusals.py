@@ -1,0 +1,99 @@
+"""Every construct outside the subset is refused with function, line, construct and hint."""
+import inspect
+
+import numba
+import numpy as np
+import pytest
+
+from srcad.compiler import TransformError, transform
+
+import _refusal_cases as R
+
+F64 = numba.float64
+ARR = numba.float64[::1]
+
+
+def line_of(fn, text):
+    lines, first = inspect.getsourcelines(fn)
+    for k, line in enumerate(lines):
+        if text in line:
+            return first + k
+    raise AssertionError(text)
+
+
+REFUSALS = [
+    (R.uses_try, (F64,), "try/except", "try:"),
+    (R.uses_with, (F64,), "`with` statement", "with open"),
+    (R.uses_lambda, (F64,), "lambda", "f = lambda"),
+    (R.uses_generator, (ARR,), "generator expression", "sum("),
+    (R.uses_listcomp, (F64,), "list comprehension", "a = ["),
+    (R.uses_dict, (F64,), "dict", "d = {"),
+    (R.uses_set, (F64,), "set", "s = {"),
+    (R.uses_class, (F64,), "class definition", "class Local"),
+    (R.uses_attribute, (F64,), "attribute `.v`", "BOX.v"),
+    (R.writes_global, (F64,), "`global` statement", "global COUNTER"),
+    (R.uses_yield, (F64,), "yield", "yield x"),
+    (R.uses_string, (F64,), "string", "hello"),
+    (R.for_over_array, (ARR,), "`for` over something other than range", "for v in x"),
+    (R.global_array, (ARR,), "global array `TABLE`", "TABLE"),
+]
+
+
+@pytest.mark.parametrize("fn,types,construct,marker", REFUSALS, ids=[r[0].__name__ for r in REFUSALS])
+def test_refused_construct_names_function_file_line_and_hint(fn, types, construct, marker):
+    line = line_of(fn, marker)
+    with pytest.raises(TransformError) as info:
+        transform(fn, types, tuple(isinstance(t, numba.types.Float) or
+                                   getattr(t, "dtype", None) == numba.float64 for t in types))
+    msg = str(info.value)
+    assert msg.startswith(fn.__name__), msg
+    assert "_refusal_cases.py" in msg and f"line {line}" in msg, msg
+    assert construct in msg and "Hint:" in msg, msg
+
+
+def test_recursion():
+    with pytest.raises(TransformError, match=r"recursive .*line \d+.*recursion \(`recursive` calls itself\).*Hint"):
+        transform(R.recursive, (F64, numba.int64), (True, False))
+
+
+def test_mutual_recursion():
+    with pytest.raises(TransformError, match=r"_pong .*recursion \(`_ping` calls itself\)"):
+        transform(R.mutual, (F64,), (True,))
+
+
+def test_write_into_active_input():
+    line = line_of(R.writes_input, "x[0] = 1.0")
+    with pytest.raises(TransformError, match=rf"writes_input .*line {line}.*writes into its input `x` which "
+                                             r"needs a gradient; copy it first: x = x.copy\(\)"):
+        transform(R.writes_input, (ARR,), (True,))
+
+
+def test_write_into_inactive_input_is_allowed():
+    t = transform(R.writes_input, (ARR,), (False,))
+    x = np.ones(3)
+    assert t.primal(x) == 3.0 and x[0] == 1.0
+
+
+def test_write_into_active_input_through_helper():
+    with pytest.raises(TransformError, match=r"writes into its input `x`"):
+        transform(R.helper_writes_input, (ARR,), (True,))
+
+
+def test_aliasing_write():
+    line = line_of(R.aliasing, "z[0] = 2.0")
+    with pytest.raises(TransformError, match=rf"aliasing .*line {line}.*shares memory with y.*\.copy\(\)"):
+        transform(R.aliasing, (ARR,), (True,))
+
+
+def test_missing_derivative_rule():
+    line = line_of(R.no_rule, "cumsum")
+    with pytest.raises(TransformError, match=rf"no_rule .*line {line}.*no derivative rule for `np.cumsum`.*Hint"):
+        transform(R.no_rule, (ARR,), (True,))
+
+
+def test_numba_typing_error_points_at_user_line():
+    line = line_of(R.typing_error, "math.sin(y)")
+    with pytest.raises(TransformError, match=rf"typing_error .*_refusal_cases.py, line {line}\).*"
+                                             r"Numba cannot compile `z = math.sin\(y\)`") as info:
+        transform(R.typing_error, (ARR,), (True,))
+    assert len(str(info.value)) < 600
