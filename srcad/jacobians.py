@@ -187,6 +187,7 @@ def map_vjp_over_batch(vjp):
     and stacked with srcad operations, so an outer tape still records them.
     """
     def batched_vjp(node, out_grads, needed):
+        out_grads = [g if g is None or isinstance(g, Tensor) else Tensor._wrap(g) for g in out_grads]
         b = 0
         for g, out in zip(out_grads, node.outputs):
             if g is not None:

@@ -68,7 +68,7 @@ def record(op, inputs, outputs, attrs):
     tapes = _thread.tapes
     for x in inputs:
         if type(x) is Variable:
-            inputs = tuple(_read_variable(x, tapes) if type(x) is Variable else x for x in inputs)
+            inputs = [_read_variable(x, tapes) if type(x) is Variable else x for x in inputs]
             break
     node = None
     for tape in tapes:
@@ -274,6 +274,13 @@ class GradientTape:
         """Gradients of the sum of ``target`` with respect to each of ``sources``."""
         unconnected = parse_unconnected(unconnected_gradients)
         self._begin_gradient()
+        if output_gradients is None and isinstance(target, Tensor) and isinstance(sources, Tensor) \
+                and sources._value.dtype.kind in _DIFFERENTIABLE_KINDS:
+            try:  # the common case, without the nest handling below
+                grad = self._backprop((target,), (_ones_like(target),), (sources,))[0]
+            finally:
+                self._end_gradient()
+            return grad if grad is not None or unconnected is UnconnectedGradients.NONE else _zeros_like(sources)
         if target is None:
             raise TypeError("Argument `target` should be a list or nested structure of Tensors, Variables or "
                             "CompositeTensors to be differentiated, but received None.")
@@ -292,37 +299,44 @@ class GradientTape:
         """Run the backward sweep from ``targets`` (with cotangents ``seeds``) to ``sources``.
 
         Cotangents may carry leading batch axes (jacobians); every VJP rule
-        accepts them.  Returns one gradient (or None) per source.  When no tape
-        records the sweep, primitives' rules run on plain NumPy values; other
-        ops (custom gradients, compiled segments) always receive Tensors.
+        accepts them.  Returns one gradient (or None) per source.  Only tensors
+        of a differentiable dtype that depend on a source receive gradients.
+        Cotangents may reach an op's ``vjp`` as plain NumPy values (when no
+        tape records the sweep); ops that need Tensors wrap them.
         """
-        from .ops.registry import Primitive
-
         source_keys = [self._source_keys(s) for s in sources]
-        reachable = {k for keys in source_keys for k in keys}
+        reachable = {k for s, keys in zip(sources, source_keys) if s.dtype.kind in _DIFFERENTIABLE_KINDS
+                     for k in keys}
         nodes = []
         for node in self._nodes[:]:
             for x in node.inputs:
                 if id(x) in reachable:
                     nodes.append(node)
-                    reachable.update([id(out) for out in node.outputs])
+                    for out in node.outputs:
+                        if out._value.dtype.kind in _DIFFERENTIABLE_KINDS:
+                            reachable.add(id(out))
                     break
 
         grads = {}
         for t, seed in zip(targets, seeds):
             key = id(t)
-            if key in reachable or isinstance(t, Variable):
-                prev = grads.get(key)
-                grads[key] = seed if prev is None else prev + seed
+            prev = grads.get(key)
+            grads[key] = seed if prev is None else prev + seed
 
         for node in reversed(nodes):
-            out_grads = [grads.get(id(out)) for out in node.outputs]
-            if all(g is None for g in out_grads):
-                continue
-            if type(node.op) is not Primitive:
-                out_grads = [g if g is None or isinstance(g, Tensor) else Tensor._wrap(g) for g in out_grads]
-            needed = [id(x) in reachable and x.dtype.kind in _DIFFERENTIABLE_KINDS for x in node.inputs]
-            for x, g, need in zip(node.inputs, node.op.vjp(node, out_grads, needed), needed):
+            outputs = node.outputs
+            if len(outputs) == 1:
+                g = grads.get(id(outputs[0]))
+                if g is None:
+                    continue
+                out_grads = (g,)
+            else:
+                out_grads = [grads.get(id(out)) for out in outputs]
+                if all(g is None for g in out_grads):
+                    continue
+            inputs = node.inputs
+            needed = [id(x) in reachable for x in inputs]
+            for x, g, need in zip(inputs, node.op.vjp(node, out_grads, needed), needed):
                 if need and g is not None:
                     key = id(x)
                     prev = grads.get(key)

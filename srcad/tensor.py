@@ -29,10 +29,11 @@ class Tensor:
         if isinstance(value, Tensor):
             value = value._value
         _reject_non_numeric(value)
-        self._value = np.asarray(value, dtype=dtype)
-        if self._value.dtype.kind not in "biufc":
-            raise TypeError(f"Cannot convert {value!r} to a Tensor: got NumPy dtype {self._value.dtype}, expected a "
+        array = np.asarray(value, dtype=dtype)
+        if array.dtype.kind not in "biufc":
+            raise TypeError(f"Cannot convert {value!r} to a Tensor: got NumPy dtype {array.dtype}, expected a "
                             f"number, a NumPy array or a nested list of numbers (bool, int, float or complex)")
+        self._value = array[()] if array.ndim == 0 else array  # rank 0 as a NumPy scalar: fast arithmetic
 
     @classmethod
     def _wrap(cls, value):
@@ -224,7 +225,8 @@ class Variable(Tensor):
 
     def __init__(self, initial_value, trainable=True, name=None, dtype=None):
         super().__init__(initial_value, dtype=dtype)
-        self._value = np.array(self._value)  # own the buffer: the caller's array may change
+        if isinstance(self._value, np.ndarray):
+            self._value = np.array(self._value)  # own the buffer: the caller's array may change
         self.trainable = bool(trainable)
         self.name = name if name is not None else "Variable"
         self._read = None
@@ -243,7 +245,7 @@ class Variable(Tensor):
         new = np.asarray(value._value if isinstance(value, Tensor) else value, dtype=self.dtype)
         if new.shape != self.shape:
             raise ValueError(f"Cannot assign a value of shape {new.shape} to variable '{self.name}' of shape {self.shape}")
-        self._value = np.array(new)
+        self._value = new[()] if new.ndim == 0 else np.array(new)
         self._read = None
         return self
 

@@ -338,24 +338,39 @@ class Lowerer:
             raise self.err(node, "this assignment target", "assign to a name or an array element")
 
     def unpack(self, target, value_node, s):
-        for t in target.elts:
-            if not isinstance(t, (ast.Name, ast.Subscript)):
-                raise self.err(s, "nested unpacking", "unpack one level at a time")
+        """`a, (b, c) = ...`: evaluate every value first, then assign left to right."""
+        pairs = []
+        self.collect_pairs(target, value_node, s, pairs)
+        targets = {t.id if isinstance(t, ast.Name) else getattr(t.value, "id", None) for t, _ in pairs}
+        read = {n.id for _, a in pairs for n in ast.walk(a) if isinstance(n, ast.Name)}
+        if len(pairs) > 1 and targets & read:
+            pairs = [(t, a if isinstance(a, ast.Constant) else self.temp(a)) for t, a in pairs]
+        for t, a in pairs:
+            self.store(t, a, s)
+
+    def collect_pairs(self, target, value_node, s, pairs):
+        if isinstance(target, (ast.Name, ast.Subscript)):
+            pairs.append((target, self.atom(value_node)))
+            return
+        if not isinstance(target, ast.Tuple):
+            raise self.err(s, "this unpacking target", "unpack into names")
+        if isinstance(value_node, ast.Tuple) and len(value_node.elts) == len(target.elts):
+            for t, v in zip(target.elts, value_node.elts):
+                self.collect_pairs(t, v, s, pairs)
+            return
         if isinstance(value_node, ast.Attribute) and value_node.attr == "shape":
             arr = self.atom(value_node.value)
             for k, t in enumerate(target.elts):
-                self.store(t, ast.Subscript(value=ast.Attribute(value=arr, attr="shape", ctx=ast.Load()),
-                                            slice=const(k), ctx=ast.Load()), s)
+                pairs.append((t, ast.Subscript(value=ast.Attribute(value=arr, attr="shape", ctx=ast.Load()),
+                                               slice=const(k), ctx=ast.Load())))
             return
         value = self.expr(value_node)
-        if not isinstance(value, ast.Tuple) or len(value.elts) != len(target.elts):
+        if not isinstance(value, ast.Tuple) or len(value.elts) != len(target.elts) \
+                or not all(isinstance(t, (ast.Name, ast.Subscript)) for t in target.elts):
             raise self.err(s, "unpacking this value", "unpack a tuple literal, a helper's tuple "
                            "return or x.shape, with matching lengths")
-        atoms = [x if is_atom(x) else self.temp(x) for x in value.elts]
-        atoms = [self.temp(a) if not isinstance(a, ast.Constant) else a for a in atoms] \
-            if len(atoms) > 1 else atoms
-        for t, a in zip(target.elts, atoms):
-            self.store(t, a, s)
+        for t, a in zip(target.elts, value.elts):
+            pairs.append((t, a if is_atom(a) else self.temp(a)))
 
     def stmt_AugAssign(self, s):
         t = s.target

@@ -16,6 +16,7 @@ import numpy as np
 from ..tape import _thread, record
 from ..tensor import Tensor
 
+_PYTHON_SCALARS = (float, int, bool, complex)
 UFUNCS = {}
 FUNCTIONS = {}
 
@@ -31,7 +32,10 @@ class Primitive:
         self.vjps = vjps
 
     def __call__(self, *args, **attrs):
-        out = Tensor._wrap(self.fn(*[a._value if isinstance(a, Tensor) else a for a in args], **attrs))
+        out = self.fn(*[a._value if isinstance(a, Tensor) else a for a in args], **attrs)
+        if type(out) in _PYTHON_SCALARS:  # operator-based arithmetic on two Python numbers
+            out = np.asarray(out)[()]
+        out = Tensor._wrap(out)
         if self.vjps is not None and _thread.tapes:
             record(self, args, (out,), attrs)
         return out
@@ -41,10 +45,12 @@ class Primitive:
         run on plain NumPy values (first order needs no recording: much faster)."""
         g, ans, inputs = out_grads[0], node.outputs[0], node.inputs
         if not _thread.tapes:
-            g, ans = value(g), ans._value
+            if isinstance(g, Tensor):
+                g = g._value
+            ans = ans._value
             inputs = [x._value if isinstance(x, Tensor) else x for x in inputs]
-        vjps, n = self.vjps, len(self.vjps)
-        return [vjps[i](g, ans, *inputs, **node.attrs) if need and i < n and vjps[i] is not None else None
+        vjps = self.vjps
+        return [vjps[i](g, ans, *inputs, **node.attrs) if need and vjps[i] is not None else None
                 for i, need in enumerate(needed)]
 
     def __repr__(self):

@@ -8,6 +8,7 @@ built from the primitives in this file (so it can be differentiated again).
 """
 
 import builtins
+import operator
 import math
 
 import numpy as np
@@ -28,7 +29,7 @@ def _shape(x):
 def unbroadcast(g, x, ans):
     """Sum the cotangent ``g`` of a broadcast result down to ``x``'s shape (batch axes kept)."""
     shape = _shape(x)
-    if _shape(g) == shape:
+    if getattr(g, "shape", None) == shape:
         return g
     b = batch_ndim(g, ans)
     extra = np.ndim(value(g)) - b - len(shape)
@@ -89,15 +90,15 @@ def _is_float(x):
 
 # -- arithmetic ---------------------------------------------------------------------
 
-add = primitive(np.add, lambda g, ans, x, y: unbroadcast(g, x, ans), lambda g, ans, x, y: unbroadcast(g, y, ans))
-subtract = primitive(np.subtract, lambda g, ans, x, y: unbroadcast(g, x, ans),
-                     lambda g, ans, x, y: unbroadcast(negative(g), y, ans))
-multiply = primitive(np.multiply, lambda g, ans, x, y: unbroadcast(g * y, x, ans),
-                     lambda g, ans, x, y: unbroadcast(g * x, y, ans))
-divide = primitive(np.divide, lambda g, ans, x, y: unbroadcast(g / y, x, ans),
-                   lambda g, ans, x, y: unbroadcast(negative(g) * ans / y, y, ans))
+add = primitive(operator.add, lambda g, ans, x, y: unbroadcast(g, x, ans), lambda g, ans, x, y: unbroadcast(g, y, ans), name="add")
+subtract = primitive(operator.sub, lambda g, ans, x, y: unbroadcast(g, x, ans),
+                     lambda g, ans, x, y: unbroadcast(negative(g), y, ans), name="subtract")
+multiply = primitive(operator.mul, lambda g, ans, x, y: unbroadcast(g * y, x, ans),
+                     lambda g, ans, x, y: unbroadcast(g * x, y, ans), name="multiply")
+divide = primitive(operator.truediv, lambda g, ans, x, y: unbroadcast(g / y, x, ans),
+                   lambda g, ans, x, y: unbroadcast(negative(g) * ans / y, y, ans), name="divide")
 power = primitive(np.power, _power_x, lambda g, ans, x, y: unbroadcast(g * ans * _log_base(x), y, ans))
-negative = primitive(np.negative, lambda g, ans, x: negative(g))
+negative = primitive(operator.neg, lambda g, ans, x: negative(g), name="negative")
 positive = primitive(np.positive, lambda g, ans, x: g)
 reciprocal = primitive(np.reciprocal, lambda g, ans, x: negative(g) * ans * ans)
 maximum = primitive(np.maximum, lambda g, ans, x, y: unbroadcast(where(x >= y, g, 0.0), x, ans),
