@@ -134,9 +134,14 @@ class CompiledSegment:
                 f"supported yet. Take the inner gradient outside the outer tape, or write the function with "
                 f"NumPy operations for nested tapes.")
         outputs = node.outputs
-        cotangents = [np.zeros_like(out._value) if g is None else np.asarray(g._value if isinstance(g, Tensor) else g)
-                      for g, out in zip(out_grads, outputs)]
-        batch = cotangents[0].ndim - outputs[0].ndim
+        given = [None if g is None else np.asarray(g._value if isinstance(g, Tensor) else g) for g in out_grads]
+        batch, lead = 0, ()
+        for g, out in zip(given, outputs):
+            if g is not None:
+                batch = g.ndim - out.ndim
+                lead = g.shape[:batch]
+                break
+        cotangents = [np.zeros(lead + out.shape, out.dtype) if g is None else g for g, out in zip(given, outputs)]
         if batch == 0:
             grads = self._adjoint(node, cotangents)
         else:

@@ -75,14 +75,12 @@ def record(op, inputs, outputs, attrs):
         tracked = tape._tracked
         for x in inputs:
             if id(x) in tracked and x._value.dtype.kind in _DIFFERENTIABLE_KINDS:
+                if node is None:
+                    node = Node(op, inputs, outputs, attrs)
+                tape._nodes.append(node)
+                for out in outputs:
+                    tracked[id(out)] = out
                 break
-        else:
-            continue
-        if node is None:
-            node = Node(op, inputs, outputs, attrs)
-        tape._nodes.append(node)
-        for out in outputs:
-            tracked[id(out)] = out
     return inputs
 
 
@@ -355,7 +353,8 @@ class GradientTape:
     def _source_keys(self, source):
         """Tensor ids whose gradients add up to the gradient of ``source``."""
         if isinstance(source, Variable):
-            return [id(source)] + [id(r) for r in self._reads.get(id(source), ())]
+            reads = self._reads.get(id(source))
+            return [id(source), *map(id, reads)] if reads else [id(source)]
         if id(source) in self._tracked:
             return [id(source)]
         return []

@@ -32,13 +32,18 @@ class Primitive:
         self.vjps = vjps
 
     def __call__(self, *args, **attrs):
-        out = self.fn(*[a._value if isinstance(a, Tensor) else a for a in args], **attrs)
+        if len(args) == 2:  # the binary operators: the hot path
+            x, y = args
+            out = self.fn(x._value if isinstance(x, Tensor) else x, y._value if isinstance(y, Tensor) else y, **attrs)
+        else:
+            out = self.fn(*[a._value if isinstance(a, Tensor) else a for a in args], **attrs)
         if type(out) in _PYTHON_SCALARS:  # operator-based arithmetic on two Python numbers
             out = np.asarray(out)[()]
-        out = Tensor._wrap(out)
+        result = object.__new__(Tensor)
+        result._value = out
         if self.vjps is not None and _thread.tapes:
-            record(self, args, (out,), attrs)
-        return out
+            record(self, args, (result,), attrs)
+        return result
 
     def vjp(self, node, out_grads, needed):
         """Input cotangents.  With no tape recording the backward pass, the rules
@@ -49,8 +54,14 @@ class Primitive:
                 g = g._value
             ans = ans._value
             inputs = [x._value if isinstance(x, Tensor) else x for x in inputs]
-        vjps = self.vjps
-        return [vjps[i](g, ans, *inputs, **node.attrs) if need and vjps[i] is not None else None
+        vjps, attrs = self.vjps, node.attrs
+        n = len(vjps)
+        if len(needed) == 2 and n >= 2:  # binary operators: the hot path
+            x, y = inputs
+            rx, ry = vjps[0], vjps[1]
+            return [rx(g, ans, x, y, **attrs) if needed[0] and rx is not None else None,
+                    ry(g, ans, x, y, **attrs) if needed[1] and ry is not None else None]
+        return [vjps[i](g, ans, *inputs, **attrs) if need and i < n and vjps[i] is not None else None
                 for i, need in enumerate(needed)]
 
     def __repr__(self):
