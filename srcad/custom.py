@@ -32,7 +32,7 @@ import os
 import numpy as np
 
 from .jacobians import map_vjp_over_batch
-from .tape import _thread, flatten, pack_like, record
+from .tape import _thread, fit_cotangent, flatten, pack_like, record
 from .tensor import Tensor
 
 __all__ = ["stop_gradient", "custom_gradient", "RegisterGradient", "no_gradient", "Operation"]
@@ -227,24 +227,8 @@ class _CustomOp:
 
 
 def _fit(g, x, name, i):
-    """A gradient in its input's shape: equal, or broadcast from a smaller one; anything else is an error."""
-    from .ops import broadcast_to
-
-    if not isinstance(g, Tensor):
-        try:
-            g = Tensor(g)
-        except (TypeError, ValueError) as err:
-            raise TypeError(f"The gradient function of '{name}' returned {g!r} of type '{type(g).__name__}' for "
-                            f"input {i}: expected a Tensor, an array, a number or None.") from err
-    if g.shape == x.shape:
-        return g
-    try:
-        if np.broadcast_shapes(g.shape, x.shape) == x.shape:
-            return broadcast_to(g, x.shape)
-    except ValueError:
-        pass
-    raise ValueError(f"The gradient function of '{name}' returned a gradient of shape {g.shape} for input {i} of "
-                     f"shape {x.shape}: expected the input's shape.")
+    """A gradient in its input's shape (broadcast from a compatible one)."""
+    return fit_cotangent(g, x.shape, f"the gradient that '{name}' returned", f"input {i}")
 
 
 # -- RegisterGradient / no_gradient / Operation ------------------------------------------

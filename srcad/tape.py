@@ -400,35 +400,40 @@ def _seed_gradients(targets, output_gradients):
     """One cotangent per target: ones, or the caller's values broadcast to the target's shape."""
     if output_gradients is None:
         return [_ones_like(t) for t in targets]
-    from .ops import broadcast_to
-    from .tensor import convert_to_tensor
-
     given = _flatten(output_gradients) if isinstance(output_gradients, (list, tuple, dict)) else [output_gradients]
     if len(targets) == 1 and len(given) != 1 and isinstance(output_gradients, (list, tuple)):
         given = [output_gradients]   # one target, its cotangent written as a nested list of numbers
     if len(given) != len(targets):
         raise ValueError(f"output_gradients must hold one entry per target: got {len(given)} for {len(targets)} "
                          f"targets.")
-    seeds = []
-    for t, g in zip(targets, given):
-        if g is None:
-            seeds.append(_ones_like(t))
-            continue
-        if not isinstance(g, Tensor):
-            try:
-                g = convert_to_tensor(g)
-            except (TypeError, ValueError) as err:
-                raise TypeError(f"output_gradients entry {g!r} of type '{type(g).__name__}' is not a number, array "
-                                f"or Tensor: expected a cotangent of the target's shape {t.shape}.") from err
+    return [_ones_like(t) if g is None else fit_cotangent(g, t.shape, "output_gradients entry", "its target")
+            for t, g in zip(targets, given)]
+
+
+def fit_cotangent(g, shape, what, of_what):
+    """``g`` as a Tensor of ``shape``: equal, or broadcast from a compatible one; anything else is an error.
+
+    ``what`` and ``of_what`` name the value and its owner in the messages.
+    """
+    from .ops import broadcast_to
+    from .tensor import convert_to_tensor
+
+    if not isinstance(g, Tensor):
         try:
-            shape = np.broadcast_shapes(g.shape, t.shape)
-        except ValueError:
-            shape = None
-        if shape != t.shape:
-            raise ValueError(f"output_gradients entry of shape {g.shape} is incompatible with its target of shape "
-                             f"{t.shape}: expected that shape or one that broadcasts to it.")
-        seeds.append(g if g.shape == t.shape else broadcast_to(g, t.shape))
-    return seeds
+            g = convert_to_tensor(g)
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"{what} for {of_what} is {g!r} of type '{type(g).__name__}': expected a number, an "
+                            f"array or a Tensor of shape {shape}.") from err
+    if g.shape == shape:
+        return g
+    try:
+        compatible = np.broadcast_shapes(g.shape, shape) == shape
+    except ValueError:
+        compatible = False
+    if not compatible:
+        raise ValueError(f"{what} for {of_what} has shape {g.shape}, incompatible with {of_what}'s shape {shape}: "
+                         f"expected that shape or one that broadcasts to it.")
+    return broadcast_to(g, shape)
 
 
 def _ones_like(t):

@@ -87,8 +87,8 @@ def test_integer_sources_give_none_with_a_warning(caplog):
                                        ([1.0, 2.0, 3.0], "\\(3,\\)")])
 def test_incompatible_output_gradients(tape_xy, og, shape):
     t, x, y = tape_xy
-    with pytest.raises(ValueError, match=f"output_gradients entry of shape {shape} is incompatible with its target "
-                                         f"of shape \\(2,\\)"):
+    with pytest.raises(ValueError, match=f"output_gradients entry for its target has shape {shape}, incompatible with "
+                                         f"its target's shape \\(2,\\)"):
         t.gradient(y, x, output_gradients=og)
 
 
@@ -96,7 +96,7 @@ def test_output_gradients_wrong_count_and_type(tape_xy):
     t, x, y = tape_xy
     with pytest.raises(ValueError, match="output_gradients must hold one entry per target: got 1 for 2 targets"):
         t.gradient([y, y], x, output_gradients=[ad.constant([1.0, 1.0])])
-    with pytest.raises(TypeError, match="output_gradients entry 'abc' of type 'str' is not a number"):
+    with pytest.raises(TypeError, match="output_gradients entry for its target is 'abc' of type 'str': expected a number"):
         t.gradient(y, x, output_gradients="abc")
 
 
@@ -137,8 +137,8 @@ def test_custom_gradient_bad_grad_values():
     x = ad.Variable(1.0)
     with ad.GradientTape() as t:
         y = f(x)
-    with pytest.raises(TypeError, match="The gradient function of 'f' returned 'not a gradient' of type 'str' for "
-                                        "input 0"):
+    with pytest.raises(TypeError, match="the gradient that 'f' returned for input 0 is 'not a gradient' of type "
+                                        "'str'"):
         t.gradient(y, x)
 
 
