@@ -1,18 +1,25 @@
 """srcad: TensorFlow's GradientTape for NumPy, and compiled gradients of loop-heavy Python."""
 
-from . import ops
+from . import nn
 from .custom import Operation, RegisterGradient, custom_gradient, no_gradient, stop_gradient
 from .function import function, show_source
+from .nn import clip_by_norm, clip_by_value, relu, sigmoid
 from .tape import GradientTape, UnconnectedGradients
 from .tensor import Tensor, Variable, constant, convert_to_tensor
-from . import nn
-from .nn import clip_by_norm, clip_by_value, relu, sigmoid
 
 __version__ = "0.1.0"
 
+__all__ = [
+    "Tensor", "Variable", "constant", "convert_to_tensor",
+    "GradientTape", "UnconnectedGradients",
+    "stop_gradient", "custom_gradient", "RegisterGradient", "no_gradient", "Operation",
+    "function", "show_source", "TransformError",
+    "nn", "sigmoid", "relu", "clip_by_norm", "clip_by_value",
+]
+
 
 def __getattr__(name):
-    # The compiler is imported on first use: eager-only programs never pay for it.
+    # The compiler (and Numba) load on first use: eager-only programs never pay for them.
     if name == "TransformError":
         from .compiler import TransformError
         return TransformError

@@ -13,7 +13,7 @@ import inspect
 
 import numpy as np
 
-from .tape import Node, recording_tapes, record  # noqa: F401  (Node documents the op protocol)
+from .tape import record, recording_tapes
 from .tensor import Tensor, Variable
 
 __all__ = ["function", "show_source", "Function"]

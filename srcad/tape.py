@@ -16,7 +16,7 @@ import threading
 
 import numpy as np
 
-from .tensor import Tensor, Variable, _VariableRead
+from .tensor import Tensor, Variable
 
 __all__ = ["GradientTape", "UnconnectedGradients"]
 
@@ -130,15 +130,14 @@ def pack_like(structure, flat):
     return _pack_like(structure, iter(flat))
 
 
-def flatten(structure):
-    return _flatten(structure)
+flatten = _flatten
 
 
 def parse_unconnected(value):
     if isinstance(value, UnconnectedGradients):
         return value
     try:
-        return UnconnectedGradients(value.value if isinstance(value, UnconnectedGradients) else value)
+        return UnconnectedGradients(value)
     except ValueError:
         raise ValueError(f"Unknown value for unconnected_gradients: {value!r}") from None
 
