@@ -2,8 +2,10 @@
 
 ``shared/reference/``: the advanced autodiff guide, the ``tf.GradientTape`` API
 reference, the vector-Jacobian-product Q&A and the GradientTape tutorial (zh).
-Where a document's numbers come from float32 random data, the test checks the
-shapes it prints and a closed form (or a finite difference) of the values.
+The examples are written once, in ``examples/reference_examples.py``; each test
+runs one and checks what it returns.  Where a document's numbers come from
+float32 random data, the test checks the shapes it prints and a closed form (or
+a finite difference) of the values.
 """
 
 import importlib.util
@@ -17,12 +19,20 @@ import srcad as ad
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _load_example(name):
+    """``examples/<name>.py`` as a module (examples/ is not a package)."""
+    path = os.path.join(ROOT, "examples", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"srcad_examples_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ex = _load_example("reference_examples")
+
+
 def _sig(x):
     return 1.0 / (1.0 + np.exp(-x))
-
-
-def _normal(rng, *shape):
-    return ad.constant(rng.standard_normal(shape))
 
 
 # =====================================================================================
@@ -31,112 +41,62 @@ def _normal(rng, *shape):
 
 
 def test_guide_stop_recording():
-    x = ad.Variable(2.0)
-    y = ad.Variable(3.0)
-    with ad.GradientTape() as t:
-        x_sq = x * x
-        with t.stop_recording():
-            y_sq = y * y
-        z = x_sq + y_sq
-    grad = t.gradient(z, {"x": x, "y": y})
+    grad = ex.guide_stop_recording()
     assert float(grad["x"]) == 4.0
     assert grad["y"] is None
     assert str(grad["x"]).startswith("ad.Tensor(4.0, shape=()")
 
 
 def test_guide_reset():
-    x = ad.Variable(2.0)
-    y = ad.Variable(3.0)
-    reset = True
-    with ad.GradientTape() as t:
-        y_sq = y * y
-        if reset:
-            t.reset()
-        z = x * x + y_sq
-    grad = t.gradient(z, {"x": x, "y": y})
+    grad = ex.guide_reset()
     assert float(grad["x"]) == 4.0
     assert grad["y"] is None
 
 
 def test_guide_stop_gradient():
-    x = ad.Variable(2.0)
-    y = ad.Variable(3.0)
-    with ad.GradientTape() as t:
-        y_sq = y ** 2
-        z = x ** 2 + ad.stop_gradient(y_sq)
-    grad = t.gradient(z, {"x": x, "y": y})
+    grad = ex.guide_stop_gradient()
     assert float(grad["x"]) == 4.0
     assert grad["y"] is None
 
 
-@ad.custom_gradient
-def clip_gradients(y):
-    def backward(dy):
-        return ad.clip_by_norm(dy, 0.5)
-    return y, backward
-
-
 def test_guide_custom_gradient_clip_by_norm():
+    output, grad = ex.guide_custom_gradients()
+    assert float(output) == 4.0
+    assert float(grad) == 2.0  # calls "backward", which clips 4 to 2
+    # a cotangent below the clip norm passes unchanged: d(0.1 * v*v)/dv = 0.2 * v
     v = ad.Variable(2.0)
     with ad.GradientTape() as t:
-        output = clip_gradients(v * v)
-    assert float(output) == 4.0
-    assert float(t.gradient(output, v)) == 2.0  # calls "backward", which clips 4 to 2
-    # a cotangent below the clip norm passes unchanged: d(0.1 * v*v)/dv = 0.2 * v
-    with ad.GradientTape() as t:
-        output = 0.1 * clip_gradients(v * v)
+        output = 0.1 * ex.clip_gradients(v * v)
     assert float(t.gradient(output, v)) == pytest.approx(0.4)
 
 
 def test_guide_multiple_tapes():
-    x0 = ad.constant(0.0)
-    x1 = ad.constant(0.0)
-    with ad.GradientTape() as tape0, ad.GradientTape() as tape1:
-        tape0.watch(x0)
-        tape1.watch(x1)
-        y0 = np.sin(x0)
-        y1 = ad.nn.sigmoid(x1)
-        y = y0 + y1
-        ys = np.sum(y)
-    assert tape0.gradient(ys, x0).numpy() == 1.0    # cos(x) => 1.0
-    assert tape1.gradient(ys, x1).numpy() == 0.25   # sigmoid(x1)*(1-sigmoid(x1)) => 0.25
+    dys_dx0, dys_dx1 = ex.guide_multiple_tapes()
+    assert dys_dx0.numpy() == 1.0    # cos(x) => 1.0
+    assert dys_dx1.numpy() == 0.25   # sigmoid(x1)*(1-sigmoid(x1)) => 0.25
 
 
 def test_guide_higher_order():
-    x = ad.Variable(1.0)
-    with ad.GradientTape() as t2:
-        with ad.GradientTape() as t1:
-            y = x * x * x
-        dy_dx = t1.gradient(y, x)
-    d2y_dx2 = t2.gradient(dy_dx, x)
+    dy_dx, d2y_dx2 = ex.guide_higher_order()
     assert dy_dx.numpy() == 3.0
     assert d2y_dx2.numpy() == 6.0
 
 
 def test_guide_input_gradient_regularization():
-    rng = np.random.default_rng(0)
-    x = _normal(rng, 7, 5)
-    layer = ad.nn.Dense(10, activation=ad.nn.relu, seed=1)
-    with ad.GradientTape() as t2:
-        with ad.GradientTape(watch_accessed_variables=False) as t1:
-            t1.watch(x)
-            y = layer(x)
-            out = np.sum(layer(x) ** 2)
-        g1 = t1.gradient(out, x)
-        g1_mag = np.linalg.norm(g1)
-    dg1_mag = t2.gradient(g1_mag, layer.trainable_variables)
-    assert y.shape == (7, 10)
+    r = ex.guide_input_gradient_regularization(np.random.default_rng(0))
+    layer, dg1_mag = r["layer"], r["dg1_mag"]
+    assert r["y"].shape == (7, 10)
     assert [var.shape for var in dg1_mag] == [(5, 10), (10,)]
 
     # closed form: out = sum(relu(xW + b)^2), so g1 = 2 relu(xW + b) @ W.T
-    xv = x.numpy()
+    xv = r["x"].numpy()
 
     def g1_mag_of(w, b):
         z = xv @ w + b
         return np.linalg.norm(2 * np.maximum(z, 0) @ w.T)
 
     w, b = layer.kernel.numpy(), layer.bias.numpy()
-    assert float(g1_mag) == pytest.approx(g1_mag_of(w, b), rel=1e-12)
+    assert float(r["g1_mag"]) == pytest.approx(g1_mag_of(w, b), rel=1e-12)
     eps = 1e-6
     for idx in [(0, 0), (2, 3), (4, 9), (1, 5)]:
         e = np.zeros_like(w)
@@ -151,11 +111,7 @@ def test_guide_input_gradient_regularization():
 
 
 def test_guide_jacobian_scalar_source():
-    x = ad.constant(np.linspace(-10.0, 10.0, 200 + 1))
-    delta = ad.Variable(0.0)
-    with ad.GradientTape() as tape:
-        y = ad.nn.sigmoid(x + delta)
-    dy_dx = tape.jacobian(y, delta)
+    x, y, dy_dx = ex.guide_jacobian_scalar_source()
     assert y.shape == (201,)
     assert dy_dx.shape == (201,)
     s = _sig(x.numpy())
@@ -163,109 +119,64 @@ def test_guide_jacobian_scalar_source():
 
 
 def test_guide_jacobian_tensor_source():
-    rng = np.random.default_rng(1)
-    x = _normal(rng, 7, 5)
-    layer = ad.nn.Dense(10, activation=ad.nn.relu, seed=2)
-    with ad.GradientTape(persistent=True) as tape:
-        y = layer(x)
-    assert y.shape == (7, 10)
+    r = ex.guide_jacobian_tensor_source(np.random.default_rng(1))
+    x, layer, j = r["x"], r["layer"], r["j"]
+    assert r["y"].shape == (7, 10)
     assert layer.kernel.shape == (5, 10)
-    j = tape.jacobian(y, layer.kernel)
     assert j.shape == (7, 10, 5, 10)
-    g = tape.gradient(y, layer.kernel)
-    assert g.shape == (5, 10)
-    j_sum = np.sum(j, axis=[0, 1])
-    delta = np.max(abs(g - j_sum)).numpy()
-    assert delta < 1e-3
+    assert r["g"].shape == (5, 10)
+    assert r["delta"] < 1e-3
     # closed form: dy[i, o] / dW[k, p] = x[i, k] * relu'(z[i, o]) * [o == p]
     z = x.numpy() @ layer.kernel.numpy() + layer.bias.numpy()
     expected = np.einsum("ik,io,op->iokp", x.numpy(), (z > 0).astype(float), np.eye(10))
     np.testing.assert_allclose(j.numpy(), expected, rtol=1e-12, atol=1e-15)
 
 
-def _hessian_setup(seed=2):
-    rng = np.random.default_rng(seed)
-    x0 = _normal(rng, 7, 5)
-    layer1 = ad.nn.Dense(8, activation=ad.nn.relu, seed=3)
-    layer2 = ad.nn.Dense(6, activation=ad.nn.relu, seed=4)
-    return x0, layer1, layer2
-
-
 def test_guide_hessian():
-    x0, layer1, layer2 = _hessian_setup()
-    x = x0
-    with ad.GradientTape() as t2:
-        with ad.GradientTape() as t1:
-            x = layer1(x)
-            x = layer2(x)
-            loss = np.mean(x ** 2)
-        g = t1.gradient(loss, layer1.kernel)
-    h = t2.jacobian(g, layer1.kernel)
+    r = ex.guide_hessian(np.random.default_rng(2))
+    x0, layer1, layer2, h, g_vec, h_mat = r["x"], r["layer1"], r["layer2"], r["h"], r["g_vec"], r["h_mat"]
     assert layer1.kernel.shape == (5, 8)
     assert h.shape == (5, 8, 5, 8)
-
-    n_params = np.prod(layer1.kernel.shape)
-    g_vec = np.reshape(g, [n_params, 1])
-    h_mat = np.reshape(h, [n_params, n_params])
     assert g_vec.shape == (40, 1) and h_mat.shape == (40, 40)
     # the Hessian matrix should be symmetric
     np.testing.assert_allclose(h_mat.numpy(), h_mat.numpy().T, rtol=1e-10, atol=1e-12)
 
-    # against central differences of the gradient (relu is piecewise linear: exact away from the kinks)
+    # the Newton step (the example applies it)
+    w0, update = r["kernel_before"], r["update"]
+    np.testing.assert_allclose((h_mat.numpy() + r["eye_eps"]) @ update.numpy(), g_vec.numpy(), rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(layer1.kernel.numpy(), w0 - update.numpy().reshape(5, 8))
+
+    # against central differences of the gradient at the kernel before the step
+    # (relu is piecewise linear: exact away from the kinks)
     def grad_at(w):
         layer1.kernel.assign(w)
         with ad.GradientTape() as t:
             loss = np.mean(layer2(layer1(x0)) ** 2)
         return t.gradient(loss, layer1.kernel).numpy()
 
-    w0 = layer1.kernel.numpy().copy()
     eps = 1e-6
     for idx in [(0, 0), (2, 5), (4, 7)]:
         e = np.zeros_like(w0)
         e[idx] = eps
         fd = (grad_at(w0 + e) - grad_at(w0 - e)) / (2 * eps)
         np.testing.assert_allclose(h.numpy()[:, :, idx[0], idx[1]], fd, rtol=1e-5, atol=1e-8)
-    layer1.kernel.assign(w0)
-
-    # the Newton step
-    eps = 1e-3
-    eye_eps = np.eye(h_mat.shape[0]) * eps
-    update = np.linalg.solve(h_mat + eye_eps, g_vec)
-    np.testing.assert_allclose((h_mat.numpy() + eye_eps) @ update.numpy(), g_vec.numpy(), rtol=1e-8, atol=1e-10)
-    _ = layer1.kernel.assign_sub(np.reshape(update, layer1.kernel.shape))
-    np.testing.assert_allclose(layer1.kernel.numpy(), w0 - update.numpy().reshape(5, 8))
-
-
-def _elu_model(seed):
-    rng = np.random.default_rng(seed)
-    x = _normal(rng, 7, 5)
-    layer1 = ad.nn.Dense(8, activation=ad.nn.elu, seed=5)
-    layer2 = ad.nn.Dense(6, activation=ad.nn.elu, seed=6)
-    return x, layer1, layer2
 
 
 def test_guide_batch_jacobian():
-    x, layer1, layer2 = _elu_model(3)
-    with ad.GradientTape(persistent=True, watch_accessed_variables=False) as tape:
-        tape.watch(x)
-        y = layer1(x)
-        y = layer2(y)
-    assert y.shape == (7, 6)
-    j = tape.jacobian(y, x)
+    r = ex.guide_batch_jacobian(np.random.default_rng(3))
+    x, layer1, layer2, j, j_sum, j_select, jb = (r[k] for k in ("x", "layer1", "layer2", "j", "j_sum", "j_select",
+                                                                  "jb"))
+    assert r["y"].shape == (7, 6)
     assert j.shape == (7, 6, 7, 5)
     # every (batch, batch) slice is diagonal
     jn = j.numpy()
     off_diagonal = jn * (1 - np.eye(7))[:, None, :, None]
     assert np.all(off_diagonal == 0)
     assert np.all(np.abs(np.einsum("bxby->bxy", jn)) > 0)
-    j_sum = np.sum(j, axis=2)
     assert j_sum.shape == (7, 6, 5)
-    j_select = np.einsum("bxby->bxy", j)
     assert j_select.shape == (7, 6, 5)
-    jb = tape.batch_jacobian(y, x)
     assert jb.shape == (7, 6, 5)
-    error = np.max(abs(jb - j_sum))
-    assert error < 1e-3
+    assert r["error"] < 1e-3
     np.testing.assert_allclose(jb.numpy(), j_select.numpy(), rtol=1e-12, atol=1e-15)
 
     # closed form of one example's Jacobian: diag(elu'(z2)) W2^T diag(elu'(z1)) W1^T
@@ -280,22 +191,12 @@ def test_guide_batch_jacobian():
 
 
 def test_guide_batch_jacobian_through_batch_norm():
-    rng = np.random.default_rng(4)
-    x = _normal(rng, 7, 5)
-    layer1 = ad.nn.Dense(8, activation=ad.nn.elu, seed=7)
-    bn = ad.nn.BatchNormalization()
-    layer2 = ad.nn.Dense(6, activation=ad.nn.elu, seed=8)
-    with ad.GradientTape(persistent=True, watch_accessed_variables=False) as tape:
-        tape.watch(x)
-        y = layer1(x)
-        y = bn(y, training=True)
-        y = layer2(y)
-    j = tape.jacobian(y, x)
+    r = ex.guide_batch_jacobian_batch_norm(np.random.default_rng(4))
+    x, layer1, bn, layer2, j, jb = (r[k] for k in ("x", "layer1", "bn", "layer2", "j", "jb"))
     assert j.shape == (7, 6, 7, 5)
     # batch statistics couple the examples: these slices are not diagonal
     off_diagonal = j.numpy() * (1 - np.eye(7))[:, None, :, None]
     assert np.max(np.abs(off_diagonal)) > 1e-3
-    jb = tape.batch_jacobian(y, x)
     assert jb.shape == (7, 6, 5)
     # what batch_jacobian computes (as TensorFlow): d sum_b' y[b', i] / d x[b, :]
     np.testing.assert_allclose(jb.numpy(), np.einsum("pibx->bix", j.numpy()), rtol=1e-9, atol=1e-12)
@@ -320,70 +221,36 @@ def test_guide_batch_jacobian_through_batch_norm():
 
 
 def test_reference_square():
-    x = ad.constant(3.0)
-    with ad.GradientTape() as g:
-        g.watch(x)
-        y = x * x
-    assert float(g.gradient(y, x)) == 6.0
+    assert float(ex.api_square()) == 6.0
 
 
 def test_reference_nested():
-    x = ad.constant(3.0)
-    with ad.GradientTape() as g:
-        g.watch(x)
-        with ad.GradientTape() as gg:
-            gg.watch(x)
-            y = x * x
-        dy_dx = gg.gradient(y, x)
-    d2y_dx2 = g.gradient(dy_dx, x)
+    dy_dx, d2y_dx2 = ex.api_nested_tapes()
     assert float(dy_dx) == 6.0
     assert float(d2y_dx2) == 2.0
 
 
 def test_reference_persistent():
-    x = ad.constant(3.0)
-    with ad.GradientTape(persistent=True) as g:
-        g.watch(x)
-        y = x * x
-        z = y * y
-    dz_dx = g.gradient(z, x)
-    dy_dx = g.gradient(y, x)
-    del g
+    dz_dx, dy_dx = ex.api_persistent_tape()
     assert float(dz_dx) == 108.0
     assert float(dy_dx) == 6.0
 
 
 def test_reference_watch_accessed_variables_false():
-    variable_a = ad.Variable(3.0)
-    variable_b = ad.Variable(2.0)
-    with ad.GradientTape(persistent=True, watch_accessed_variables=False) as tape:
-        tape.watch(variable_a)
-        y = variable_a ** 2
-        z = variable_b ** 3
-    assert float(tape.gradient(y, variable_a)) == 6.0
-    assert tape.gradient(z, variable_b) is None
+    grad_a, grad_b = ex.api_watch_accessed_variables_false()
+    assert float(grad_a) == 6.0
+    assert grad_b is None
 
 
 def test_reference_layer_variables_before_build():
-    rng = np.random.default_rng(5)
-    inputs = _normal(rng, 4, 3)
-    a = ad.nn.Dense(32)
-    b = ad.nn.Dense(32)
-    with ad.GradientTape(watch_accessed_variables=False) as tape:
-        tape.watch(a.variables)  # [] : a is not built yet
-        result = b(a(inputs))
-        grads = tape.gradient(result, a.variables)
-    assert len(a.variables) == 2
-    assert grads == [None, None]
-    assert tape.watched_variables() == ()
+    r = ex.api_layer_variables_before_build(np.random.default_rng(5))
+    assert len(r["variables"]) == 2
+    assert r["grads"] == [None, None]
+    assert r["watched"] == ()
 
 
 def test_reference_batch_jacobian():
-    with ad.GradientTape() as g:
-        x = ad.constant([[1., 2.], [3., 4.]])
-        g.watch(x)
-        y = x * x
-    batch_jacobian = g.batch_jacobian(y, x)
+    batch_jacobian = ex.api_batch_jacobian()
     np.testing.assert_array_equal(batch_jacobian.numpy(), [[[2, 0], [0, 4]], [[6, 0], [0, 8]]])
     # "essentially" tf.stack([jacobian(y[i], x[i]) for i ...])
     x = ad.constant([[1., 2.], [3., 4.]])
@@ -396,55 +263,24 @@ def test_reference_batch_jacobian():
 
 
 def test_reference_jacobian():
-    with ad.GradientTape() as g:
-        x = ad.constant([1.0, 2.0])
-        g.watch(x)
-        y = x * x
-    jacobian = g.jacobian(y, x)
-    np.testing.assert_array_equal(jacobian.numpy(), [[2., 0.], [0., 4.]])
+    np.testing.assert_array_equal(ex.api_jacobian().numpy(), [[2., 0.], [0., 4.]])
 
 
 def test_reference_reset_equivalence():
-    w = ad.Variable(1.5)
-
-    def loss_fn():
-        return w * w
-
-    def other_loss_fn():
-        return w * w * w
-
-    with ad.GradientTape() as t:
-        loss = loss_fn()
-    with ad.GradientTape() as t:
-        loss += other_loss_fn()
-    g1 = t.gradient(loss, w)
-
-    with ad.GradientTape() as t:
-        loss = loss_fn()
-        t.reset()
-        loss += other_loss_fn()
-    g2 = t.gradient(loss, w)
+    g1, g2, _ = ex.api_reset()
     assert float(g1) == float(g2) == 3 * 1.5 ** 2
 
 
 def test_reference_reset_in_control_flow():
-    w = ad.Variable(2.0)
-    k = 1.0
-    with ad.GradientTape() as t:
-        loss = w * w
-        if loss > k:
-            t.reset()
-        loss = loss + 5.0 * w
-    assert float(t.gradient(loss, w)) == 5.0
+    # loss_fn() = w**2 = 2.25 > k: the tape is reset and only other_loss_fn() = w**3 is differentiated
+    assert float(ex.api_reset(k=1.0)[2]) == 3 * 1.5 ** 2
+    # not above k: no reset, both terms are differentiated
+    assert float(ex.api_reset(k=10.0)[2]) == 2 * 1.5 + 3 * 1.5 ** 2
 
 
 def test_reference_stop_recording_gradient_inside():
-    model_w = ad.Variable([1.0, -2.0])
-    with ad.GradientTape(persistent=True) as t:
-        loss = np.sum(model_w ** 2)
-        with t.stop_recording():
-            grads = t.gradient(loss, [model_w])
-        n_nodes = len(t._nodes)
+    t, model_w, grads = ex.api_stop_recording()
+    n_nodes = len(t._nodes)
     np.testing.assert_array_equal(grads[0].numpy(), [2.0, -4.0])
     with ad.GradientTape(persistent=True) as t2:
         loss = np.sum(model_w ** 2)
@@ -453,17 +289,11 @@ def test_reference_stop_recording_gradient_inside():
 
 
 def test_reference_documented_errors():
-    x = ad.constant(3.0)
-    with ad.GradientTape() as g:
-        g.watch(x)
-        y = x * x
-    g.gradient(y, x)
-    with pytest.raises(RuntimeError, match="non-persistent"):
-        g.gradient(y, x)
-    with pytest.raises(ValueError, match="str"):
-        with ad.GradientTape() as g:
-            g.watch("x")
+    second_gradient, watch_str = ex.api_errors()
+    assert isinstance(second_gradient, RuntimeError) and "non-persistent" in str(second_gradient)
+    assert isinstance(watch_str, ValueError) and "str" in str(watch_str)
     # stop_recording outside the context (as TensorFlow: ValueError after an exit, RuntimeError if never entered)
+    x = ad.constant(3.0)
     with ad.GradientTape() as g:
         g.watch(x)
         y = x * x
@@ -492,62 +322,29 @@ def test_reference_documented_errors():
 
 
 def test_vjp_output_gradients():
-    with ad.GradientTape() as g:
-        x = ad.constant([1.0, 2.0])
-        g.watch(x)
-        y = x * x
-    vec = ad.constant([2.0, 3.0])
-    grad = g.gradient(y, x, output_gradients=vec)
-    np.testing.assert_array_equal(grad.numpy(), [4.0, 12.0])
+    np.testing.assert_array_equal(ex.vjp_output_gradients()[0].numpy(), [4.0, 12.0])
 
 
 def test_vjp_default_is_vector_of_ones():
-    with ad.GradientTape() as g:
-        x = ad.constant([1.0, 2.0])
-        g.watch(x)
-        y = x * x
-    grad = g.gradient(y, x)
-    np.testing.assert_array_equal(grad.numpy(), [2.0, 4.0])
+    np.testing.assert_array_equal(ex.vjp_output_gradients()[1].numpy(), [2.0, 4.0])
 
 
 def test_vjp_black_box_loss_trains_the_inverse_model():
-    rng = np.random.default_rng(6)
-
-    def F(v):   # a black box: plain NumPy, no gradient
-        return np.tanh(np.asarray(v)) * 0.5 + 0.1 * np.asarray(v)
-
-    examples = rng.uniform(-1.0, 1.0, size=(64, 3))
-    M = ad.nn.Dense(3, seed=11)
-    losses = []
-    for _ in range(100):
-        y = ad.constant(F(examples))
-        with ad.GradientTape() as tape:
-            pred = M(y)
-            loss = np.mean((examples - pred) ** 2)
-        grads = tape.gradient(loss, M.trainable_variables)
-        assert all(g is not None for g in grads)
-        for var, grad in zip(M.trainable_variables, grads):
-            var.assign_sub(0.5 * grad)
-        losses.append(float(loss))
+    losses, grads = ex.vjp_black_box_loss(np.random.default_rng(6), steps=100)
+    assert all(g is not None for g in grads)
     assert losses[-1] < 0.05 * losses[0]
 
 
 def test_vjp_grad_ys_linear_regression():
-    X = ad.constant([[2.0], [3.0]])
-    Y = ad.constant([[3.0], [2.0]])
-    W = ad.Variable(0.7, name="weight")
-    b = ad.Variable(-0.2, name="bias")
-    with ad.GradientTape(persistent=True) as tape:
-        pred = X * W + b
-        cost = 0.5 * np.sum((pred - Y) ** 2)
-    gw, gb = tape.gradient(cost, [W, b])
-    r = X.numpy() * 0.7 - 0.2 - Y.numpy()
-    assert float(gw) == pytest.approx(np.sum(r * X.numpy()))
-    assert float(gb) == pytest.approx(np.sum(r))
+    r = ex.vjp_grad_ys()
+    X, Y, tape, pred, W = r["X"], r["Y"], r["tape"], r["pred"], r["W"]
+    gw, gb = r["grads"]
+    res = X.numpy() * 0.7 - 0.2 - Y.numpy()
+    assert float(gw) == pytest.approx(np.sum(res * X.numpy()))
+    assert float(gb) == pytest.approx(np.sum(res))
     # grad_ys: gradients(y, x, grad_ys) = chain rule with a given dz/dy
-    approx = tape.gradient(cost, pred)
-    np.testing.assert_allclose(approx.numpy(), r)
-    gw2, gb2 = tape.gradient(pred, [W, b], output_gradients=approx)
+    np.testing.assert_allclose(r["approx"].numpy(), res)
+    gw2, gb2 = r["via_grad_ys"]
     assert float(gw2) == pytest.approx(float(gw)) and float(gb2) == pytest.approx(float(gb))
     # and it is a weighting of each target element, not a multiplier of the summed gradient
     weights = ad.constant([[1.0], [10.0]])
@@ -556,47 +353,26 @@ def test_vjp_grad_ys_linear_regression():
 
 
 def test_vjp_gradient_in_two_parts():
-    x = ad.constant(np.ones((1, 10)))
-    w = ad.Variable(np.full((10, 5), 0.5))
-    out_target = ad.constant(np.zeros(5))
-    with ad.GradientTape(persistent=True) as tape:
-        tape.watch(x)
-        out = x @ w
-        loss = np.mean(np.square(out - out_target))
-        outs = np.split(out, 5, axis=1)
-    grad = tape.gradient(loss, x)
-    part_grad_1 = tape.gradient(loss, out)
-    part_grad_2 = np.concatenate([tape.gradient(o, x) for o in outs], axis=0)
-    assert part_grad_1.shape == (1, 5) and part_grad_2.shape == (5, 10)
-    grad_by_parts = part_grad_1 @ part_grad_2
+    r = ex.vjp_gradient_in_two_parts()
+    grad, part_grad_1, j = r["grad"], r["part_grad_1"], r["j"]
+    assert part_grad_1.shape == (1, 5) and r["part_grad_2"].shape == (5, 10)
     np.testing.assert_allclose(grad.numpy(), np.full((1, 10), 5.0))
-    np.testing.assert_allclose(grad_by_parts.numpy(), grad.numpy())
+    np.testing.assert_allclose(r["grad_by_parts"].numpy(), grad.numpy())
     # the same with the Jacobian (no sum over the target's dimensions)
-    j = tape.jacobian(out, x)
     assert j.shape == (1, 5, 1, 10)
     np.testing.assert_allclose((part_grad_1 @ np.reshape(j, [5, 10])).numpy(), grad.numpy())
 
 
 def test_vjp_reduce_last_dimension():
-    rng = np.random.default_rng(7)
-    batch, N, M, Q = 4, 6, 20, 8
-    features = _normal(rng, batch, N, M)
-    W = ad.Variable(rng.standard_normal((N * M, Q)) * 0.1)
-    with ad.GradientTape() as tape:
-        x_vec = np.reshape(features, (-1, N * M))
-        y = x_vec @ W
-    assert y.shape == (batch, Q)
-    g = tape.gradient(y, W)
-    np.testing.assert_allclose(g.numpy(), np.repeat(x_vec.numpy().sum(axis=0)[:, None], Q, axis=1))
-    W2 = ad.Variable(rng.standard_normal((M, Q)))
-    assert (features @ W2).shape == (batch, N, Q)
+    r = ex.vjp_reduce_last_dimension(np.random.default_rng(7))
+    batch, N, Q = 4, 6, 8
+    assert r["y"].shape == (batch, Q)
+    np.testing.assert_allclose(r["grad"].numpy(), np.repeat(r["x_vec"].numpy().sum(axis=0)[:, None], Q, axis=1))
+    assert r["keep_n"].shape == (batch, N, Q)
 
 
 def test_vjp_gradient_of_loss_at_variable():
-    x = ad.Variable(3.0)
-    with ad.GradientTape() as tape:
-        y = x ** 2
-    assert float(tape.gradient(y, x)) == 6.0
+    assert float(ex.vjp_gradient_of_loss_at_variable()) == 6.0
 
 
 # =====================================================================================
@@ -605,57 +381,27 @@ def test_vjp_gradient_of_loss_at_variable():
 
 
 def test_tutorial_gradient():
-    x = ad.Variable(3.0)
-    with ad.GradientTape() as tape:
-        y = x ** 2
-    assert tape.gradient(y, x).numpy() == 6.0
+    assert ex.tutorial_computing_gradients().numpy() == 6.0
 
 
 def test_tutorial_what_the_tape_watches():
-    x0 = ad.Variable(3.0, name="x0")
-    x1 = ad.Variable(3.0, name="x1", trainable=False)
-    x2 = ad.Variable(2.0, name="x2") + 1.0
-    x3 = ad.constant(3.0)
+    x2, unwatched, watched = ex.tutorial_what_the_tape_watches()
     assert not isinstance(x2, ad.Variable)
-    with ad.GradientTape() as tape:
-        y = (x0 ** 2) + (x1 ** 2) + (x2 ** 2) + (x3 ** 2)
-    grad = tape.gradient(y, [x0, x1, x2, x3])
-    assert float(grad[0]) == 6.0 and grad[1:] == [None, None, None]
-
-    with ad.GradientTape() as tape:
-        tape.watch([x1, x2, x3])
-        y = (x0 ** 2) + (x1 ** 2) + (x2 ** 2) + (x3 ** 2)
-    grad = tape.gradient(y, [x0, x1, x2, x3])
-    assert [float(g) for g in grad] == [6.0, 6.0, 6.0, 6.0]
+    assert float(unwatched[0]) == 6.0 and unwatched[1:] == [None, None, None]
+    assert [float(g) for g in watched] == [6.0, 6.0, 6.0, 6.0]
 
 
 def test_tutorial_disable_tracking():
-    variable_a = ad.Variable(3.0, name="x1")
-    variable_b = ad.Variable(2.0, name="x2")
-    with ad.GradientTape(persistent=True, watch_accessed_variables=False) as tape:
-        tape.watch(variable_a)
-        y = variable_a ** 2
-        z = variable_b ** 3
-    assert float(tape.gradient(y, variable_a)) == 6.0
-    assert tape.gradient(z, variable_b) is None
+    gradient_1, gradient_2 = ex.tutorial_disable_tracking()
+    assert float(gradient_1) == 6.0
+    assert gradient_2 is None
 
 
 def test_tutorial_persistent_and_nested():
-    x = ad.Variable(3.0)
-    with ad.GradientTape(persistent=True) as persistent_tape:
-        persistent_tape.watch(x)
-        y = x * x
-        z = y * y
-    assert persistent_tape.gradient(z, x).numpy() == 108.0
-    assert persistent_tape.gradient(y, x).numpy() == 6.0
-
-    with ad.GradientTape() as tape:
-        tape.watch(x)
-        with ad.GradientTape() as tape2:
-            tape2.watch(x)
-            y = x * x
-        dy_dx = tape2.gradient(y, x)
-    d2y_d2x = tape.gradient(dy_dx, x)
+    dz_dx, dy_dx = ex.tutorial_multiple_gradients()
+    assert dz_dx.numpy() == 108.0
+    assert dy_dx.numpy() == 6.0
+    dy_dx, d2y_d2x = ex.tutorial_nested_gradients()
     assert dy_dx.numpy() == 6.0 and d2y_d2x.numpy() == 2.0
 
 
@@ -666,9 +412,7 @@ def test_tutorial_persistent_and_nested():
 
 def test_demo_runs_and_saves_the_guides_figures(tmp_path, capsys):
     pytest.importorskip("matplotlib")
-    spec = importlib.util.spec_from_file_location("srcad_demo", os.path.join(ROOT, "examples", "demo.py"))
-    demo = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(demo)
+    demo = _load_example("demo")
     demo.OUT = str(tmp_path)
     demo.main()
     printed = capsys.readouterr().out
