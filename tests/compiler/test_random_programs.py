@@ -17,7 +17,8 @@ therefore checks ``FRAGMENTS`` programs; ``MAX_EXAMPLES * FRAGMENTS`` >= 200
 fragment-programs per run.  The source is written to a file in a temporary
 directory and imported (the compiler reads source with ``inspect``).
 
-Check: the compiled primal equals the plain Python function, and the tape
+Check: the results of the compiled forward (under the tape) equal the plain
+Python function's (the primal outside a tape is covered by the corpus), and the tape
 gradient w.r.t. (x, y, a, b) of sum_k w_k r_k equals central finite
 differences of the plain function (rtol 1e-5, atol 1e-7 * max(1, |phi|)).
 Finite differences are first checked against a 4th-order stencil so that an
@@ -33,7 +34,8 @@ import tempfile
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from hypothesis.errors import UnsatisfiedAssumption
+from hypothesis import HealthCheck, Phase, assume, given, settings, strategies as st
 
 try:
     from .gradcheck import central_fd, richardson_fd, scalarize, cotangents, fresh, _value
@@ -318,30 +320,38 @@ _FRAGS = [frag_straight, frag_loop, frag_array_overwrite, frag_branch, frag_whil
 
 @st.composite
 def programs(draw, fragments=FRAGMENTS):
+    """(helper definitions, [(kind, body lines, result expr)], input seed)."""
     helpers = _Helpers()
-    body = []
-    results = []
-    kinds = []
+    frags = []
     for k in range(fragments):
         frag = draw(st.sampled_from(_FRAGS))
         g = _Gen(draw, "f%d_" % k)
         scalars = ["a", "b"]
         if frag == "helper":
             lines, res = frag_helper(g, scalars, helpers)
-            kinds.append("helper")
+            kind = "helper"
         else:
             lines, res = frag(g, scalars)
-            kinds.append(frag.__name__[5:])
+            kind = frag.__name__[5:]
+        frags.append((kind, lines, res))
+    seed = draw(st.integers(0, 2 ** 16))
+    return tuple(helpers.defs), tuple(frags), seed
+
+
+def build_source(helper_defs, frags):
+    """Module source: helpers, then ``prog`` returning one value per fragment."""
+    body = []
+    results = []
+    for k, (kind, lines, res) in enumerate(frags):
         r = "r%d" % k
-        body += ["# fragment %d: %s" % (k, kinds[-1])] + lines + ["%s = %s" % (r, res)]
+        body += ["# fragment %d: %s" % (k, kind)] + list(lines) + ["%s = %s" % (r, res)]
         results.append(r)
     src = ["import math", "import numpy as np", ""]
-    for h in helpers.defs:
+    for h in helper_defs:
         src += [h, ""]
     src += ["def prog(x, y, a, b, n):"] + _indent(body)
     src += ["    return " + ", ".join(results) + ("," if len(results) == 1 else "")]
-    seed = draw(st.integers(0, 2 ** 16))
-    return "\n".join(src) + "\n", seed, kinds
+    return "\n".join(src) + "\n"
 
 
 # ---------------------------------------------------------------------------
@@ -406,12 +416,6 @@ def check_program(src, seed):
     expected, ws, fds, phi0 = ref
 
     f = ad.function(mod.prog)
-    got = f(*fresh(args))
-    assert isinstance(got, tuple) and len(got) == len(expected)
-    for k, (gv, ev) in enumerate(zip(got, expected)):
-        np.testing.assert_allclose(_value(gv), np.asarray(ev), rtol=1e-12, atol=1e-12,
-                                   err_msg="result r%d: compiled vs Python\n%s" % (k, src))
-
     targs = list(fresh(args))
     srcs = [ad.constant(targs[i]) for i in ACTIVE]
     for i, t in zip(ACTIVE, srcs):
@@ -420,6 +424,12 @@ def check_program(src, seed):
         for t in srcs:
             tape.watch(t)
         out = f(*targs)
+    # the forward's results (the primal outside a tape is checked by the corpus;
+    # skipping it here saves one Numba compile per program)
+    assert isinstance(out, tuple) and len(out) == len(expected)
+    for k, (gv, ev) in enumerate(zip(out, expected)):
+        np.testing.assert_allclose(_value(gv), np.asarray(ev), rtol=1e-12, atol=1e-12,
+                                   err_msg="result r%d: compiled forward vs Python\n%s" % (k, src))
     grads = tape.gradient(list(out), srcs, output_gradients=[ad.constant(w) for w in ws])
     for i, g, fd in zip(ACTIVE, grads, fds):
         gv = np.zeros_like(fd) if g is None else np.asarray(g.numpy(), dtype=np.float64)
@@ -428,13 +438,42 @@ def check_program(src, seed):
             err_msg="gradient w.r.t. %s (seed %d)\n%s" % ("xyab"[i], seed, src))
 
 
+def localize(helper_defs, frags, seed):
+    """After a failure: check each fragment alone (one compile each) and
+    return the failing ones' sources and messages."""
+    out = []
+    for k, frag in enumerate(frags):
+        src = build_source(helper_defs, [frag])
+        try:
+            check_program(src, seed)
+        except UnsatisfiedAssumption:
+            out.append("fragment %d (%s): alone, its input is too near a kink to check" % (k, frag[0]))
+        except Exception as e:   # noqa: BLE001 - collected for the report
+            msg = "\n".join(ln for ln in str(e).splitlines() if ln.strip() and not ln.startswith(
+                ("import", "def ", "    ", "#", "E ")))
+            out.append("fragment %d (%s) fails alone: %s: %s\n%s" % (
+                k, frag[0], type(e).__name__, msg[:1500], src))
+    return out
+
+
+# Shrinking would recompile at every step (minutes); instead a failure is
+# localized to its fragments, each reported as a standalone program.
 @settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, database=None,
+          phases=[Phase.explicit, Phase.generate],
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                  HealthCheck.data_too_large])
 @given(programs())
 def test_random_program_gradient(prog):
-    src, seed, kinds = prog
-    check_program(src, seed)
+    helper_defs, frags, seed = prog
+    src = build_source(helper_defs, frags)
+    try:
+        check_program(src, seed)
+    except UnsatisfiedAssumption:
+        raise
+    except Exception as e:   # noqa: BLE001 - localized, then re-raised
+        alone = localize(helper_defs, frags, seed)
+        raise AssertionError("%s: %s" % (type(e).__name__, e) + "\n\n=== localized (%d of %d fragments fail alone) ===\n"
+                             % (len(alone), len(frags)) + "\n".join(alone)) from None
 
 
 def test_enough_programs():
