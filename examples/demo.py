@@ -27,6 +27,8 @@ sys.path[:0] = [HERE, os.path.dirname(HERE)]  # reference_examples.py, and srcad
 import reference_examples as ex  # noqa: E402
 import srcad as ad  # noqa: E402
 
+import compiled_rk4  # noqa: E402  (examples/, beside this file)
+
 OUT = os.path.join(HERE, "out")
 mpl.rcParams["figure.figsize"] = (8, 6)
 
@@ -230,6 +232,8 @@ def main():
     api_reference(rng)
     vjp_questions_and_answers(rng)
     tutorial()
+    section("compiled: @ad.function on an RK4 integrator (examples/compiled_rk4.py)")
+    compiled_rk4.main()
     print(f"\nall examples ran in {time.perf_counter() - start:.1f} s; figures in {os.path.relpath(OUT)}/")
 
 
