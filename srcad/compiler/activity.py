@@ -10,8 +10,8 @@ import ast
 from numba.core import types as nt
 
 from .frontend import TransformError
-from .normalize import Assign, For, If, Store, While
-from .rules import ARRAY_RULES, ELEMENTWISE, NONDIFF, OPERATORS
+from .normalize import Assign, For, If, Store, While, is_tree, leaves
+from .rules import NONDIFF, OPERATORS
 
 
 def unify_types(typemap):
@@ -82,6 +82,8 @@ def diff_inputs(value):
     """Argument atoms of a differentiable IR expression (None if it has no derivative)."""
     if isinstance(value, (ast.Name, ast.Subscript, ast.Constant)):
         return [value]
+    if is_tree(value):
+        return leaves(value)
     if isinstance(value, ast.BinOp):
         key = type(value.op).__name__
         return [value.left, value.right] if key in OPERATORS or key == "MatMult" else None
@@ -104,6 +106,7 @@ class Analysis:
         self.program = program
         self.types = types
         self.active = {p for p, a in zip(program.params, active_args) if a}
+        self.active_params = set(self.active)
         self.fixpoint()
 
     def type_of(self, atom):
@@ -148,7 +151,7 @@ class Analysis:
         groups = self.alias_groups()
         stored = {s.array: s for s in walk(self.program.body) if isinstance(s, Store)}
         for arr, s in stored.items():
-            if arr in params and arr in self.active:
+            if arr in self.active_params:
                 raise TransformError(
                     f"{top.name} ({s.origin.file}, line {s.origin.line}): `{s.origin.text}` writes into its "
                     f"input `{arr}` which needs a gradient; copy it first: {arr} = {arr}.copy()")
@@ -159,12 +162,22 @@ class Analysis:
                     f"{s.origin.func} ({s.origin.file}, line {s.origin.line}): `{s.origin.text}` writes into "
                     f"array `{arr}` which shares memory with {others} (aliasing is not supported). "
                     f"Hint: make an independent array with .copy()")
+        copies = {local: p for p, local in self.program.param_copies.items()}
+        defs = {}
         for s in walk(self.program.body):
-            if isinstance(s, Assign) and s.aug and s.target in params \
-                    and isinstance(self.types.get(s.target), nt.Array):
+            if isinstance(s, Assign):
+                defs.setdefault(s.target, []).append(s)
+        for s in walk(self.program.body):
+            if not (isinstance(s, Assign) and s.aug and isinstance(self.types.get(s.target), nt.Array)):
+                continue
+            fresh = [d for d in defs[s.target] if not d.aug and not (isinstance(d.value, ast.Name)
+                                                                     and d.value.id in copies.values())]
+            shared = len(groups.get(s.target, ())) > 1
+            if shared or (s.target in copies and not fresh):
                 raise TransformError(
-                    f"{s.origin.func} ({s.origin.file}, line {s.origin.line}): in-place update of input "
-                    f"array in `{s.origin.text}`. Hint: x = x + ... or x = x.copy() first")
+                    f"{s.origin.func} ({s.origin.file}, line {s.origin.line}): `{s.origin.text}` updates "
+                    f"an array in place that is an input or shares memory with another name. "
+                    f"Hint: write `a = a + ...`, or copy first: a = a.copy()")
 
     def alias_groups(self):
         parent = {}
@@ -175,12 +188,13 @@ class Analysis:
             return n
 
         sources = {}
+        moved = getattr(self.program, "moved", set())
         for s in walk(self.program.body):
             if isinstance(s, Assign) and isinstance(self.types.get(s.target), nt.Array):
                 v = s.value
                 src = v.id if isinstance(v, ast.Name) else \
                     v.value.id if isinstance(v, ast.Subscript) and isinstance(v.value, ast.Name) else None
-                ok = src is not None and isinstance(self.types.get(src), nt.Array)
+                ok = src is not None and isinstance(self.types.get(src), nt.Array) and src not in moved
                 sources.setdefault(s.target, []).append(src if ok else None)
         for target, srcs in sources.items():
             if all(srcs):   # a name rebound to a fresh array somewhere is not treated as an alias

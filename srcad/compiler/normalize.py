@@ -9,23 +9,26 @@ their locals renamed. Each statement remembers the user line it came from.
 """
 import ast
 import copy
+import inspect
 from dataclasses import dataclass, field
 
-from .frontend import TransformError, all_names, load, resolve
+import numpy as np
+
+from .frontend import all_names, canonical_callable, is_stop_gradient, load, resolve, unwrap
 
 
 @dataclass
 class Origin:
+    """The user line an IR statement comes from (helpers name their function)."""
     func: str
     file: str
     line: int
     text: str
+    func_is_helper: bool = False
 
     def comment(self):
-        where = f"line {self.line}" if not self.func_is_helper else f"{self.func} line {self.line}"
+        where = f"{self.func} line {self.line}" if self.func_is_helper else f"line {self.line}"
         return f"# {where}: {self.text}"
-
-    func_is_helper: bool = False
 
 
 @dataclass
@@ -99,7 +102,9 @@ class Names:
 
 class Context:
     def __init__(self, top):
-        self.names = Names(all_names(top.tree) | {"np", "math", "numba", "List", "types"})
+        self.names = Names(all_names(top.tree) | {"np", "math", "numba", "List", "types", "saved", "d_out",
+                                                  "push", "grow", "sum_into", "trip_count"})
+        self.moved = set()
         self.stack = [top.pyfunc]
         self.infos = [top]
         self.loaded = {}
@@ -130,6 +135,35 @@ def is_atom(e):
     if isinstance(e, ast.Subscript):
         return isinstance(e.value, ast.Name) or is_shape(e)
     return False
+
+
+_TREE_OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow, ast.Mod)
+
+
+def is_tree(e):
+    """An elementwise arithmetic expression over atoms, kept whole (as the user wrote it)."""
+    from .rules import ELEMENTWISE
+    if isinstance(e, ast.BinOp):
+        return isinstance(e.op, _TREE_OPS) and all(is_atom(c) or is_tree(c) for c in (e.left, e.right))
+    if isinstance(e, ast.UnaryOp):
+        return isinstance(e.op, (ast.USub, ast.UAdd)) and (is_atom(e.operand) or is_tree(e.operand))
+    if isinstance(e, ast.Call):
+        return getattr(e, "srcad_fn", None) in ELEMENTWISE and not e.keywords and \
+            all(is_atom(a) or is_tree(a) for a in e.args)
+    return False
+
+
+def leaves(e):
+    """The atoms an expression tree reads, left to right."""
+    if is_atom(e):
+        return [e]
+    if isinstance(e, ast.BinOp):
+        return leaves(e.left) + leaves(e.right)
+    if isinstance(e, ast.UnaryOp):
+        return leaves(e.operand)
+    if isinstance(e, ast.Call):
+        return [x for a in e.args for x in leaves(a)]
+    return []
 
 
 def is_shape(e):
@@ -469,7 +503,7 @@ class Lowerer:
     def stmt_While(self, s):
         origin = self.origin
         more = self.fresh("more")
-        self.assign(more, self.expr_or_atom(s.test))
+        self.assign(more, self.expr(s.test))
         has_break = _contains(s.body, ast.Break, False)
         has_cont = _contains(s.body, ast.Continue, False)
         brk = self.fresh("broke") if has_break else None
@@ -489,14 +523,10 @@ class Lowerer:
             test = self.sub_expr_block(s.test, more)
             self.emit(If(go, test, [], origin))
         else:
-            self.assign(more, self.expr_or_atom(s.test))
+            self.assign(more, self.expr(s.test))
         body, self.out = self.out, saved
         self.loops.pop()
         self.emit(While(more, body, self.fresh("n_iter"), origin))
-
-    def expr_or_atom(self, node):
-        e = self.expr(node)
-        return e
 
     def sub_expr_block(self, node, target):
         saved, self.out = self.out, []
@@ -541,28 +571,37 @@ class Lowerer:
             return name(self.rename[n])
         kind = resolve(self.info, n)
         if kind[0] == "const":
-            v = kind[1]
-            return const(bool(v) if isinstance(v, (bool,)) or type(v).__name__ == "bool_" else
-                         (int(v) if float(v) == int(v) and not isinstance(v, float) and "float" not in type(v).__name__
-                          else float(v)))
+            return const(_plain_number(kind[1]))
         if kind[0] == "array":
             raise self.err(node, f"global array `{n}`", "pass the array as an argument")
         if kind[0] == "missing":
             raise self.err(node, f"undefined name `{n}`", "define it before use")
         raise self.err(node, f"global `{n}` used as a value", "pass it as an argument")
 
+    def operand(self, node):
+        """An atom or an arithmetic subtree; anything else goes to a temporary."""
+        e = self.expr(node)
+        if isinstance(e, ast.Tuple):
+            raise self.err(node, "tuple used as a value", "unpack it: a, b = ...")
+        return e if is_atom(e) or is_tree(e) else self.temp(e)
+
     def expr_BinOp(self, node):
+        if isinstance(node.op, _TREE_OPS):
+            return ast.BinOp(left=self.operand(node.left), op=node.op, right=self.operand(node.right))
         return ast.BinOp(left=self.atom(node.left), op=node.op, right=self.atom(node.right))
 
     def expr_UnaryOp(self, node):
         if isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
                 and isinstance(node.operand.value, (int, float)) and not isinstance(node.operand.value, bool):
             return const(-node.operand.value)
+        if isinstance(node.op, (ast.USub, ast.UAdd)):
+            return ast.UnaryOp(op=node.op, operand=self.operand(node.operand))
         return ast.UnaryOp(op=node.op, operand=self.atom(node.operand))
 
     def expr_Compare(self, node):
         if len(node.ops) == 1:
-            return ast.Compare(left=self.atom(node.left), ops=node.ops, comparators=[self.atom(node.comparators[0])])
+            return ast.Compare(left=self.atom(node.left), ops=node.ops,
+                               comparators=[self.atom(node.comparators[0])])
         parts = []
         left = node.left
         for op, right in zip(node.ops, node.comparators):
@@ -668,9 +707,9 @@ class Lowerer:
             if kind[0] == "stop_gradient":
                 return self.stop_gradient(node)
             if kind[0] == "callable":
-                return self.call(kind[1], [self.arg(a) for a in node.args], kws)
+                return self.call(kind[1], self.call_args(kind[1], node.args, kws), kws)
             if kind[0] == "builtin" and f.id in _BUILTINS:
-                return self.call(f.id, [self.arg(a) for a in node.args], kws)
+                return self.call(f.id, self.call_args(f.id, node.args, kws), kws)
             if kind[0] == "builtin" and f.id == "range":
                 raise self.err(node, "range() outside a for loop", "use range only as `for i in range(...)`")
             raise self.err(node, f"call to `{f.id}`", "call math/NumPy functions, builtins abs/min/max/"
@@ -678,8 +717,6 @@ class Lowerer:
         if isinstance(f, ast.Attribute):
             path, obj = self.module_path(f)
             if obj is not None:
-                from .frontend import is_stop_gradient, unwrap, canonical_callable
-                import inspect
                 if is_stop_gradient(obj):
                     return self.stop_gradient(node)
                 plain = unwrap(obj)
@@ -687,7 +724,7 @@ class Lowerer:
                     return self.inline(plain, node)
                 if path is not None:
                     canon = canonical_callable(obj) or path
-                    return self.call(canon, [self.arg(a) for a in node.args], kws)
+                    return self.call(canon, self.call_args(canon, node.args, kws), kws)
             if isinstance(f.value, ast.Name) and self.is_local(f.value.id) and f.attr in _METHODS:
                 base = self.atom(f.value)
                 return self.call(_METHODS[f.attr], [base] + [self.arg(a) for a in node.args], kws)
@@ -697,6 +734,12 @@ class Lowerer:
                                 args=[self.kw_value(a) for a in node.args], keywords=[])
         raise self.err(node, "this call", "call math/NumPy functions, plain Python functions, or the array "
                        "methods " + ", ".join(sorted(_METHODS)))
+
+    def call_args(self, fn, args, kws):
+        from .rules import ELEMENTWISE
+        if fn in ELEMENTWISE and not kws and not any(isinstance(a, ast.Tuple) for a in args):
+            return [self.operand(a) for a in args]
+        return [self.arg(a) for a in args]
 
     def kw_value(self, v):
         path, obj = self.module_path(v) if isinstance(v, ast.Attribute) else (None, None)
@@ -751,11 +794,22 @@ class Lowerer:
         body, outs, is_tuple = sub.function()
         self.ctx.stack.pop()
         self.out.extend(body)
+        # A helper's returned local is dead after the call: binding it is a move, not an alias.
+        self.ctx.moved.update(o.id for o in outs if isinstance(o, ast.Name) and o.id in rename.values())
         if is_tuple:
             return ast.Tuple(elts=outs, ctx=ast.Load())
         if not outs:
             return const(0)
         return outs[0]
+
+
+def _plain_number(v):
+    """A global constant as a Python literal (NumPy scalars included)."""
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    return float(v)
 
 
 def lower(top_info):
@@ -779,4 +833,5 @@ def lower(top_info):
                              "return the value(s) to differentiate")
     program = Program(top_info.name, params, body, outs, is_tuple, ctx.infos, copies)
     program.names = ctx.names
+    program.moved = ctx.moved
     return program

@@ -13,10 +13,10 @@ import re
 
 from numba.core import types as nt
 
-from .activity import diff_inputs, is_float, rank, walk
-from .codegen import HEADER, Hooks, Writer, emit_block, outputs_src, range_args, src, subscript, tidy
+from .activity import rank, walk
+from .codegen import Hooks, Writer, emit_block, outputs_src, src, subscript, tidy
 from .frontend import TransformError
-from .normalize import Assign, For, If, Store, While
+from .normalize import Assign, For, If, Store, While, is_atom, is_tree, leaves
 from .rules import ARRAY_RULES, ELEMENTWISE, NONDIFF, OPERATORS
 
 
@@ -52,11 +52,21 @@ class Reverse:
         for s in walk(program.body):
             if isinstance(s, While):
                 self.types[s.counter] = nt.int64
+            for n in _stmt_defs(s):
+                # Numba prunes branches on constants and leaves their names untyped:
+                # the code is dead, any scalar type keeps the generated code valid.
+                self.types.setdefault(n, nt.boolean)
         self.d = {}
+        self.locals_ = {}
         self.stacks = {}
         self.list_types = {}
         self.multi = self.find_multi()
         self.private = self.loop_private()
+        self.innermost = {}
+        self.map_loops(program.body, None)
+        self.invariant = self.loop_invariant()
+        self.recompute = self.find_recompute_loops()
+        self.in_recompute = {id(s) for loop in self.recompute.values() for s in loop["body"]}
         self.fresh_defs = self.first_top_level_defs()
         self.R, self.RV = set(), set()
         self.plan()
@@ -121,6 +131,69 @@ class Reverse:
         outside |= {n for a in self.p.outputs for n in _names(a)}
         return headers - other_defs - outside
 
+    def map_loops(self, stmts, loop):
+        for s in stmts:
+            self.innermost[id(s)] = loop
+            if isinstance(s, If):
+                self.map_loops(s.body, loop)
+                self.map_loops(s.orelse, loop)
+            elif isinstance(s, (For, While)):
+                self.map_loops(s.body, s)
+
+    def loop_invariant(self):
+        """Names assigned once, from constants and never-assigned names only: the same
+        value every time, so never saved however often the assignment runs."""
+        defs = {}
+        for s in walk(self.p.body):
+            for n in _stmt_defs(s):
+                defs.setdefault(n, []).append(s)
+        invariant = set()
+        changed = True
+        while changed:
+            changed = False
+            for n, sites in defs.items():
+                if n in invariant or len(sites) != 1 or not isinstance(sites[0], Assign) or sites[0].aug:
+                    continue
+                reads = _stmt_reads(sites[0])
+                if all(m not in defs or m in invariant for m in reads) and \
+                        not any(isinstance(x, ast.Subscript) for x in ast.walk(sites[0].value)):
+                    invariant.add(n)
+                    changed = True
+        return invariant
+
+    def find_recompute_loops(self):
+        """For loops whose body is straight-line scalar code save only the values the
+        body starts from (say the state of an integrator) once per iteration; the
+        reverse sweep recomputes the iteration's intermediates from them."""
+        loops = {}
+        for s in walk(self.p.body):
+            if not isinstance(s, For) or not s.body:
+                continue
+            body = s.body
+            if not all(isinstance(t, Assign) and not isinstance(self.types.get(t.target), nt.Array)
+                       and self.types.get(t.target) is not None and t.target != s.var for t in body):
+                continue
+            if not any(t.target in self.an.active for t in body):
+                continue
+            assigned, exposed = set(), set()
+            for t in body:
+                exposed |= {n for n in _stmt_reads(t) if n not in assigned}
+                assigned.add(t.target)
+            if not all(isinstance(self.types.get(v), (nt.Number, nt.Boolean)) for v in assigned):
+                continue
+            carried = sorted(exposed & assigned)
+            inside = {id(t) for t in body}
+            outside_reads = set()
+            outside_defs = set()
+            for t in walk(self.p.body):
+                if id(t) not in inside:
+                    outside_reads |= _stmt_reads(t)
+                    outside_defs |= _stmt_defs(t)
+            outside_reads |= {n for a in self.p.outputs for n in _names(a)}
+            shared = sorted(v for v in assigned if v in outside_reads or v in outside_defs)
+            loops[id(s)] = {"loop": s, "body": body, "carried": carried, "shared": shared}
+        return loops
+
     def first_top_level_defs(self):
         """Top-level assignments whose target holds nothing yet: no need to save the old value."""
         seen, fresh = set(self.params), set()
@@ -166,10 +239,10 @@ class Reverse:
         return reads, value_reads
 
     def pushes_value(self, v):
-        return v in self.R and v in self.multi and v not in self.private
+        return v in self.R and v in self.multi and v not in self.private and v not in self.invariant
 
     def pushes_site(self, s):
-        return self.pushes_value(s.target) and id(s) not in self.fresh_defs
+        return self.pushes_value(s.target) and id(s) not in self.fresh_defs and id(s) not in self.in_recompute
 
     def pushes_store(self, s):
         return s.array in self.RV
@@ -184,7 +257,6 @@ class Reverse:
         return TransformError(f"{o.func} ({o.file}, line {o.line}): {what} in `{o.text}`. Hint: {hint}")
 
     def adjoint_lines(self):
-        self.lines_cache = None
         out = []
         for k, atom in enumerate(self.p.outputs):
             seed = f"d_out[{k}]" if self.p.returns_tuple else "d_out"
@@ -219,6 +291,8 @@ class Reverse:
             if ro:
                 out += [(0, "else:", s.origin)] + self.indent(ro)
             return out
+        if isinstance(s, For) and id(s) in self.recompute:
+            return self.rev_recompute(s)
         if isinstance(s, For):
             rb = self.rev_block(s.body)
             pop = self.pop_value(s.var) if self.pushes_value(s.var) else []
@@ -233,6 +307,37 @@ class Reverse:
             return [(0, f"for _ in range({s.counter}):", s.origin)] + self.indent(rb) + pop
         raise AssertionError(s)
 
+    def rev_recompute(self, s):
+        info = self.recompute[id(s)]
+        body = [(0, "# recompute this iteration from its saved start", None)]
+        for v in info["carried"]:
+            body += self.pop_value(v)
+        saves = {}
+        first = set()
+        for t in info["body"]:
+            v = t.target
+            if v in self.R and (v in info["carried"] or v in first):
+                saves[id(t)] = self.local_name(t, f"{v}_before")
+                body.append((0, f"{saves[id(t)]} = {v}", None))
+            first.add(v)
+            body.append((0, f"{v} = {src(t.value)}", None))
+        for t in reversed(info["body"]):
+            lines = [(0, f"{t.target} = {saves[id(t)]}", None)] if id(t) in saves else []
+            if t.target in self.an.active and not t.nodiff:
+                lines += self.adjoint_assign(t)
+            if lines:
+                body += [(0, t.origin.comment(), t.origin)] + lines
+        out = [(0, f"for {s.var} in {self.reversed_range(s)}:", s.origin)] + self.indent(body)
+        for v in reversed(self.shared_saved(info)):
+            out += self.pop_value(v)
+        if self.pushes_value(s.var):
+            out += self.pop_value(s.var)
+        return out
+
+    def shared_saved(self, info):
+        return [v for v in info["shared"] if v in self.R and v not in info["carried"]] + \
+            [v for v in info["carried"] if v in info["shared"]]
+
     @staticmethod
     def indent(lines):
         return [(d + 1, t, o) for d, t, o in lines]
@@ -240,7 +345,8 @@ class Reverse:
     def reversed_range(self, s):
         start, stop, step = src(s.start), src(s.stop), src(s.step)
         if step == "1":
-            return f"range({tidy(f'{stop} - 1')}, {tidy(f'{start} - 1') if not start.lstrip('-').isdigit() else int(start) - 1}, -1)"
+            first = int(start) - 1 if start.lstrip("-").isdigit() else tidy(f"{start} - 1")
+            return f"range({tidy(f'{stop} - 1')}, {first}, -1)"
         last = f"{start} + (trip_count({start}, {stop}, {step}) - 1) * {step}"
         return f"range({tidy(last)}, {tidy(f'{start} - {step}')}, {tidy(f'-{step}')})"
 
@@ -282,11 +388,18 @@ class Reverse:
             if new != dv:
                 out.append((0, f"{dv} = {new}", None))
             return out
-        g = self.names.fresh(f"g_{v}")
+        g = self.local_name(s, f"g_{v}")
         out += [(0, f"{g} = {dv}", None), (0, f"{dv} = {self.zero_adj(v)}", None)]
         for atom, expr, mode, r in contribs:
             out += self.accumulate(atom, expr.replace("\0g", g), mode, r)
         return out
+
+    def local_name(self, stmt, base):
+        """One fresh name per statement, stable across the rounds of plan()."""
+        key = (id(stmt), base)
+        if key not in self.locals_:
+            self.locals_[key] = self.names.fresh(base)
+        return self.locals_[key]
 
     def zero_adj(self, v):
         return "np.zeros_like(%s)" % v if isinstance(self.types.get(v), nt.Array) else "0.0"
@@ -299,21 +412,12 @@ class Reverse:
             return [(value, "\0g", "exact", out_rank)]
         if isinstance(value, (ast.Constant, ast.Attribute)):
             return []
+        if is_tree(value):
+            return self.tree(value, out_ty)
         if isinstance(value, ast.BinOp) and isinstance(value.op, ast.MatMult):
             return self.array_rule(s, "MatMult", [value.left, value.right], None)
-        if isinstance(value, ast.BinOp):
-            key = type(value.op).__name__
-            if key not in OPERATORS:
-                return []
-            partials = OPERATORS[key]
-            if key == "Pow" and isinstance(value.right, ast.Constant):
-                c = value.right.value
-                partials = ("1" if c == 1 else f"{float(c)!r} * a" if c == 2 else
-                            f"{float(c)!r} * a ** {float(c - 1)!r}", None)
-            return self.elementwise(s, partials, [value.left, value.right], out_ty)
-        if isinstance(value, ast.UnaryOp):
-            key = type(value.op).__name__
-            return self.elementwise(s, OPERATORS[key], [value.operand], out_ty) if key in OPERATORS else []
+        if isinstance(value, (ast.BinOp, ast.UnaryOp)):
+            return []
         if isinstance(value, ast.Call):
             fn = getattr(value, "srcad_fn", None)
             if fn is None:
@@ -340,23 +444,36 @@ class Reverse:
             return f"({src(args[k])})" if k < len(args) else m.group(0)
         return re.sub(r"(?<![\w.])([abc])(?![\w(])", repl, text)
 
-    def elementwise(self, s, partials, args, out_ty):
+    def tree(self, root, out_ty):
+        """Chain rule down an expression tree: one contribution per active leaf,
+        the incoming adjoint times the partials along the path to it."""
+        all_leaves = leaves(root)
         out_rank = rank(out_ty)
-        scalar64 = out_ty == nt.float64 and all(rank(self.an.type_of(a)) == 0 for a in args)
+        scalar64 = out_ty == nt.float64 and all(rank(self.an.type_of(a)) == 0 for a in all_leaves)
         module = "math" if scalar64 else "np"
         result = []
-        for k, (atom, p) in enumerate(zip(args, partials)):
-            if p is None or not self.an.is_active(atom):
-                continue
-            others_scalar = all(rank(self.an.type_of(a)) == 0 for j, a in enumerate(args) if j != k)
-            mode = "exact" if rank(self.an.type_of(atom)) == out_rank and others_scalar else "reduce"
-            if p.strip() in ("1", "1.0"):
-                expr = "\0g"
-            elif p.strip() in ("-1", "-1.0"):
-                expr = "-\0g"
-            else:
-                expr = "\0g * (" + self.subst(p, args, module) + ")"
-            result.append((atom, expr, mode, out_rank))
+
+        def visit(node, factors, negative):
+            if is_atom(node):
+                if not self.an.is_active(node):
+                    return
+                others_scalar = sum(1 for a in all_leaves if rank(self.an.type_of(a)) > 0) <= 1
+                mode = "exact" if rank(self.an.type_of(node)) == out_rank and others_scalar else "reduce"
+                expr = " * ".join(["\0g"] + [f"({f})" for f in factors])
+                result.append((node, ("-" if negative else "") + expr, mode, out_rank))
+                return
+            children, partials = _children_and_partials(node)
+            for child, p in zip(children, partials):
+                if p is None or not any(self.an.is_active(a) for a in leaves(child)):
+                    continue
+                p = self.subst(p, children, module).replace("\0g", "g")
+                if p.strip() in ("1", "1.0"):
+                    visit(child, factors, negative)
+                elif p.strip() in ("-1", "-1.0"):
+                    visit(child, factors, not negative)
+                else:
+                    visit(child, factors + [p], negative)
+        visit(root, [], False)
         return result
 
     def array_rule(self, s, fn, args, axis):
@@ -464,7 +581,7 @@ class Reverse:
         for a in restored:
             w.line(1, f"{a} = {a}.copy()")
         for d, t, o in self.lines:
-            if t.startswith("# "):
+            if o is not None and t == o.comment():
                 w.at(1 + d, o)
                 continue
             w.line(1 + d, t, o)
@@ -490,36 +607,78 @@ class ForwardHooks(Hooks):
     def before(self, s, indent, w):
         rev = self.rev
         if isinstance(s, Assign) and rev.pushes_site(s):
-            self.push_value(s.target, indent, w)
+            self.push_value(s.target, indent, w, s)
         elif isinstance(s, Store) and rev.pushes_store(s):
             kind = rev.store_kind(s)
             stack, top = rev.stack(s.array, kind)
             old = subscript(s.array, s.index)
             if kind == "elem":
-                w.line(indent, f"{stack}, {top} = push({stack}, {top}, {old})", s.origin)
+                self.push_scalar(stack, top, old, indent, w, s)
             else:
                 w.line(indent, f"{stack}.append({old}.copy())", s.origin)
                 w.line(indent, f"{top} += 1", s.origin)
         elif isinstance(s, For):
             if rev.pushes_value(s.var):
-                self.push_value(s.var, indent, w)
-            self.reserve(s, indent, w)
+                self.push_value(s.var, indent, w, s)
+            if id(s) in rev.recompute:
+                self.before_recompute(s, indent, w)
+            else:
+                self.reserve(s, indent, w)
         elif isinstance(s, While) and s.counter in rev.R:
             if rev.pushes_value(s.counter):
-                self.push_value(s.counter, indent, w)
+                self.push_value(s.counter, indent, w, s)
             w.line(indent, f"{s.counter} = 0", s.origin)
 
     def loop_top(self, s, indent, w):
         if isinstance(s, While) and s.counter in self.rev.R:
             w.line(indent, f"{s.counter} += 1", s.origin)
+        if isinstance(s, For) and id(s) in self.rev.recompute:
+            for v in self.rev.recompute[id(s)]["carried"]:
+                stack, top = self.rev.stack(v, "value")
+                w.line(indent, f"{stack}[{top}] = {v}")
+                w.line(indent, f"{top} += 1")
 
-    def push_value(self, v, indent, w):
+    def before_recompute(self, s, indent, w):
+        """Save what the loop overwrites for the code around it; reserve one entry per
+        carried value and iteration."""
+        info = self.rev.recompute[id(s)]
+        for v in self.rev.shared_saved(info):
+            stack, top = self.rev.stack(v, "value")
+            w.line(indent, f"{stack}, {top} = push({stack}, {top}, {v})", s.origin)
+        trip = self.trip(s)
+        for v in info["carried"]:
+            self.reserve_line(*self.rev.stack(v, "value"), trip, indent, w, s)
+
+    @staticmethod
+    def trip(s):
+        start, stop, step = src(s.start), src(s.stop), src(s.step)
+        span = stop if start == "0" else tidy(f"{stop} - {start}")
+        return f"max({span}, 0)" if step == "1" else f"trip_count({start}, {stop}, {step})"
+
+    def push_value(self, v, indent, w, site):
         stack, top = self.rev.stack(v, "value")
         if isinstance(self.rev.types.get(v), nt.Array):
             w.line(indent, f"{stack}.append({v})")
             w.line(indent, f"{top} += 1")
         else:
-            w.line(indent, f"{stack}, {top} = push({stack}, {top}, {v})")
+            self.push_scalar(stack, top, v, indent, w, site)
+
+    def push_scalar(self, stack, top, value, indent, w, site):
+        """Inside a for loop the room was reserved before it: a plain store.
+        In a while loop: grow when full. Elsewhere (runs once): the helper."""
+        loop = self.rev.innermost.get(id(site))
+        if isinstance(site, (For, While)):
+            loop = self.rev.innermost.get(id(site))
+        if isinstance(loop, For):
+            w.line(indent, f"{stack}[{top}] = {value}")
+            w.line(indent, f"{top} += 1")
+        elif isinstance(loop, While):
+            w.line(indent, f"if {top} == {stack}.shape[0]:")
+            w.line(indent + 1, f"{stack} = grow({stack}, {top} + 1)")
+            w.line(indent, f"{stack}[{top}] = {value}")
+            w.line(indent, f"{top} += 1")
+        else:
+            w.line(indent, f"{stack}, {top} = push({stack}, {top}, {value})")
 
     def reserve(self, s, indent, w):
         """Room for every push of one loop before it starts: none inside it."""
@@ -544,16 +703,16 @@ class ForwardHooks(Hooks):
         visit(s.body)
         if not counts:
             return
-        start, stop, step = src(s.start), src(s.stop), src(s.step)
-        trip = f"max({tidy(f'{stop} - {start}')}, 0)" if step == "1" else f"trip_count({start}, {stop}, {step})"
+        trip = self.trip(s)
         for (stack, top), k in counts.items():
-            need = f"{top} + {trip}" if k == 1 else f"{top} + {k} * {trip}"
-            w.line(indent, f"{stack} = grow({stack}, {need})", s.origin)
+            self.reserve_line(stack, top, trip if k == 1 else f"{k} * {trip}", indent, w, s)
 
-
-def module_source(primal_w, forward_w, adjoint_w, rev):
-    return HEADER + "\n" + rev.type_defs() + "\n\n" + primal_w.text() + "\n\n" + forward_w.text() + \
-        "\n\n" + adjoint_w.text()
+    @staticmethod
+    def reserve_line(stack, top, count, indent, w, s):
+        """Grow (rarely: amortised doubling) only when the loop's pushes would not fit."""
+        need = f"{top} + {count}"
+        w.line(indent, f"if {need} > {stack}.shape[0]:", s.origin)
+        w.line(indent + 1, f"{stack} = grow({stack}, {need})", s.origin)
 
 
 def _names(expr):
@@ -583,3 +742,18 @@ def _stmt_defs(s):
     if isinstance(s, While):
         return {s.counter}
     return set()
+
+
+def _children_and_partials(node):
+    """Operands of a tree node and the partial derivative template for each."""
+    if isinstance(node, ast.BinOp):
+        key = type(node.op).__name__
+        partials = OPERATORS[key]
+        if key == "Pow" and isinstance(node.right, ast.Constant):
+            c = node.right.value
+            partials = ("1" if c == 1 else f"{float(c)!r} * a" if c == 2 else
+                        f"{float(c)!r} * a ** {float(c - 1)!r}", None)
+        return [node.left, node.right], partials
+    if isinstance(node, ast.UnaryOp):
+        return [node.operand], OPERATORS[type(node.op).__name__]
+    return list(node.args), ELEMENTWISE[node.srcad_fn]

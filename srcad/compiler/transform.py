@@ -6,7 +6,7 @@ from numba.core import types as nt
 from .activity import Analysis, is_float, unify_types
 from .backend import cache_dir, cache_key, import_module, jit, load_meta, save_meta, user_error, write_module
 from .codegen import HEADER, primal_source
-from .frontend import TransformError, load, unwrap
+from .frontend import load, unwrap
 from .normalize import lower
 from .reverse import Reverse
 
@@ -17,6 +17,9 @@ class Transformed:
     Calling conventions (all Numba dispatchers):
 
     * ``primal(*args)`` returns exactly what the user function returns.
+    ``forward`` and ``adjoint`` wrap their dispatchers (attributes pass
+    through) so that a compile error names the user's line.
+
     * ``forward(*args)`` returns ``(outputs, saved)``: ``outputs`` as from
       ``primal``, ``saved`` an opaque tuple for the adjoint (stacks, their
       tops, final values of the locals the reverse sweep reads).
@@ -28,8 +31,8 @@ class Transformed:
       scalars, float32. The adjoint does not modify ``saved``, so it may be
       called more than once (persistent tapes).
 
-    ``n_outputs``, ``returns_tuple`` and ``output_types`` (numba types)
-    describe the outputs; ``source(kind)`` gives the generated source of
+    ``n_outputs``, ``returns_tuple`` and ``output_types`` (numba types, None
+    when loaded from the disk cache) describe the outputs; ``source(kind)`` gives the generated source of
     "primal", "forward" or "adjoint".
     """
 
@@ -49,6 +52,24 @@ class Transformed:
 
     def __repr__(self):
         return f"<Transformed {self.name} outputs={self.n_outputs} active={self.active}>"
+
+
+class Checked:
+    """A Numba dispatcher whose compile errors name the user's function and line
+    instead of the generated code. Attributes are the dispatcher's."""
+
+    def __init__(self, dispatcher, path, origins, name):
+        self.dispatcher = dispatcher
+        self._where = (path, origins, name)
+
+    def __call__(self, *args):
+        try:
+            return self.dispatcher(*args)
+        except (nb_errors.TypingError, nb_errors.UnsupportedError, nb_errors.LoweringError) as exc:
+            raise user_error(exc, *self._where) from None
+
+    def __getattr__(self, name):
+        return getattr(self.dispatcher, name)
 
 
 def _check_arguments(info, arg_types, active):
@@ -89,10 +110,9 @@ def transform(pyfunc, arg_types, active):
     write_module(primal_path, primal_src)
     primal = jit(getattr(import_module(primal_path), f"{fname}_primal"))
     if meta is not None and module_path.exists():
-        module = import_module(module_path)
-        return Transformed(fname, primal, jit(getattr(module, f"{fname}_forward")),
-                           jit(getattr(module, f"{fname}_adjoint")), meta["sources"],
-                           meta["returns_tuple"], [None] * meta["n_outputs"], active)
+        forward, adjoint = _load(module_path, [], fname)
+        return Transformed(fname, primal, forward, adjoint, meta["sources"], meta["returns_tuple"],
+                           [None] * meta["n_outputs"], active)
     offset = primal_src.count("\n") - primal_w.text().count("\n")
     try:
         primal.compile(arg_types)
@@ -112,13 +132,19 @@ def transform(pyfunc, arg_types, active):
     rev = Reverse(program, analysis, program.names, fname)
     forward_w = rev.forward_source()
     adjoint_w = rev.adjoint_source(active)
-    module_src = HEADER + "\n" + rev.type_defs() + "\n\n" + forward_w.text() + "\n\n" + adjoint_w.text()
+    head = HEADER + "\n" + rev.type_defs() + "\n\n"
+    module_src = head + forward_w.text() + "\n\n" + adjoint_w.text()
+    origins = [None] * head.count("\n") + forward_w.origins + [None, None] + adjoint_w.origins
     write_module(module_path, module_src)
-    module = import_module(module_path)
+    forward, adjoint = _load(module_path, origins, fname)
     sources = {"primal": primal_w.text(), "forward": forward_w.text(), "adjoint": adjoint_w.text()}
     outputs = _split_outputs(overload.signature.return_type, program.returns_tuple)
     save_meta(root / f"{base}.json", {"sources": sources, "returns_tuple": program.returns_tuple,
                                       "n_outputs": len(outputs)})
-    return Transformed(fname, primal, jit(getattr(module, f"{fname}_forward")),
-                       jit(getattr(module, f"{fname}_adjoint")), sources, program.returns_tuple,
-                       outputs, active)
+    return Transformed(fname, primal, forward, adjoint, sources, program.returns_tuple, outputs, active)
+
+
+def _load(path, origins, name):
+    module = import_module(path)
+    return tuple(Checked(jit(getattr(module, f"{name}_{kind}")), path, origins, name)
+                 for kind in ("forward", "adjoint"))

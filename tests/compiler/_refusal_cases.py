@@ -136,3 +136,14 @@ def helper_writes_input(x):
 
 def _fill(a):
     a[0] = 0.0
+
+
+def inplace_input(x):
+    x += 1.0
+    return np.sum(x)
+
+
+def inplace_after_copy(x):
+    x = x.copy()
+    x += 1.0
+    return np.sum(x * x)

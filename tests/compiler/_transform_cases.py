@@ -188,3 +188,26 @@ def matrix_loops(A, x):
         for j in range(A.shape[1]):
             y[i] += A[i, j] * x[j]
     return np.dot(y, y)
+
+
+def energy(x):
+    y = np.zeros_like(x)
+    acc = 0.0
+    for i in range(x.shape[0]):
+        acc = acc + x[i] * x[i]
+        y[i] = acc
+    r = 0.0
+    for i in range(x.shape[0]):
+        r = math.sin(r) + y[i]
+    return r
+
+
+def integrator(p, x0, n):
+    x = x0
+    v = 0.0
+    for i in range(n):
+        a = -p[0] * x - p[1] * v * abs(v)
+        x2 = x + 0.01 * v
+        v = v + 0.01 * a
+        x = x2
+    return x * x + v

@@ -97,3 +97,17 @@ def test_numba_typing_error_points_at_user_line():
                                              r"Numba cannot compile `z = math.sin\(y\)`") as info:
         transform(R.typing_error, (ARR,), (True,))
     assert len(str(info.value)) < 600
+
+
+def test_in_place_update_of_input_array():
+    line = line_of(R.inplace_input, "x += 1.0")
+    with pytest.raises(TransformError, match=rf"inplace_input .*line {line}.*updates an array in place"):
+        transform(R.inplace_input, (ARR,), (False,))
+
+
+def test_in_place_update_after_copy_is_fine():
+    t = transform(R.inplace_after_copy, (ARR,), (True,))
+    x = np.array([1.0, 2.0])
+    out, saved = t.forward(x)
+    np.testing.assert_allclose(t.adjoint(x, saved, 1.0)[0], 2 * (x + 1.0))
+    np.testing.assert_array_equal(x, [1.0, 2.0])

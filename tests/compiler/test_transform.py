@@ -104,6 +104,8 @@ CASES = [
     ("cond_expr", C.cond_expr, (vec(6),), (True,)),
     ("aug_assign", C.aug_assign, (vec(5, 0.5, 1.5),), (True,)),
     ("slices", C.slices, (vec(5),), (True,)),
+    ("energy", C.energy, (vec(6, 0.1, 1.0),), (True,)),
+    ("integrator", C.integrator, (np.array([2.0, 0.3]), 0.8, 50), (True, True, False)),
     ("matrix_loops", C.matrix_loops, (rng.uniform(-1, 1, (3, 4)), vec(4)), (True, True)),
 ]
 
@@ -159,3 +161,55 @@ def test_outputs_description():
     t = compiled(C.tuple_return, (0.4, 1.7), (True, True))
     assert t.returns_tuple and t.n_outputs == 2
     assert t.primal(0.4, 1.7) == C.tuple_return(0.4, 1.7)
+
+
+_SECOND_PROCESS = r"""
+import sys, time, numba, numpy as np
+sys.path[:0] = [{root!r}, {here!r}]
+t0 = time.perf_counter()
+from srcad.compiler import transform
+import _transform_cases as C
+x = np.linspace(0.1, 1.0, 5)
+t = transform(C.loop_carried, (numba.typeof(x), numba.int64), (True, False))
+out, saved = t.forward(x, 3)
+g = t.adjoint(x, 3, saved, 1.0)
+hits = sum(v for d in (t.primal, t.forward, t.adjoint) for v in d.stats.cache_hits.values())
+misses = sum(v for d in (t.forward, t.adjoint) for v in d.stats.cache_misses.values())
+print(hits, misses, time.perf_counter() - t0)
+"""
+
+
+def test_second_process_neither_regenerates_nor_recompiles(tmp_path):
+    import os
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(os.path.dirname(here))
+    env = dict(os.environ, SRCAD_CACHE_DIR=str(tmp_path))
+    script = _SECOND_PROCESS.format(root=root, here=here)
+    first = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    generated = sorted(tmp_path.glob("*.py"))
+    stamps = [p.stat().st_mtime_ns for p in generated]
+    second = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert [p.stat().st_mtime_ns for p in generated] == stamps, "generated modules were rewritten"
+    hits, misses, _ = second.stdout.split()
+    assert int(misses) == 0 and int(hits) >= 2, (first.stdout, second.stdout)
+
+
+def test_design_example_saves_only_r():
+    """DESIGN.md's `energy`: one reserved buffer for r, nothing for acc, no copy of x."""
+    t = compiled(C.energy, (vec(6, 0.1, 1.0),), (True,))
+    forward, adjoint = t.source("forward"), t.source("adjoint")
+    assert "acc_stack" not in forward and "x.copy()" not in forward
+    assert forward.count("_stack = np.empty(") == 1 and "r_stack = grow(" in forward
+    assert "d_r = d_r * math.cos(r)" in adjoint and "d_y[i] += d_r" in adjoint
+    assert "d_x[i] += d_acc * x[i]" in adjoint
+
+
+def test_straight_line_loop_saves_only_its_state():
+    """An integrator step saves x and v once per iteration and recomputes the rest."""
+    t = compiled(C.integrator, (np.array([2.0, 0.3]), 0.8, 50), (True, True, False))
+    forward = t.source("forward")
+    assert sorted(line.split("=")[0].strip() for line in forward.splitlines()
+                  if "_stack = np.empty(" in line) == ["v_stack", "x_stack"]
+    assert "# recompute this iteration" in t.source("adjoint")
