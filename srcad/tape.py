@@ -9,6 +9,7 @@ themselves, so tapes that are still recording record the backward pass too,
 which is how higher-order derivatives work.
 """
 
+import collections
 import contextlib
 import enum
 import logging
@@ -46,16 +47,13 @@ def recording_tapes():
     return _thread.tapes
 
 
-class Node:
+class Node(collections.namedtuple("Node", "op inputs outputs attrs")):
     """One recorded operation: ``op.vjp(node, output_grads, needed)`` gives input grads."""
 
-    __slots__ = ("op", "inputs", "outputs", "attrs")
+    __slots__ = ()
 
-    def __init__(self, op, inputs, outputs, attrs):
-        self.op = op
-        self.inputs = inputs
-        self.outputs = outputs
-        self.attrs = attrs
+
+_new_node = tuple.__new__  # builds a Node without a Python-level __new__: the recording hot path
 
 
 def record(op, inputs, outputs, attrs):
@@ -76,7 +74,7 @@ def record(op, inputs, outputs, attrs):
         for x in inputs:
             if id(x) in tracked and x._value.dtype.kind in _DIFFERENTIABLE_KINDS:
                 if node is None:
-                    node = Node(op, inputs, outputs, attrs)
+                    node = _new_node(Node, (op, inputs, outputs, attrs))
                 tape._nodes.append(node)
                 for out in outputs:
                     tracked[id(out)] = out
@@ -301,9 +299,13 @@ class GradientTape:
         Cotangents may reach an op's ``vjp`` as plain NumPy values (when no
         tape records the sweep); ops that need Tensors wrap them.
         """
-        source_keys = [self._source_keys(s) for s in sources]
-        reachable = {k for s, keys in zip(sources, source_keys) if s.dtype.kind in _DIFFERENTIABLE_KINDS
-                     for k in keys}
+        source_keys = []
+        reachable = set()
+        for s in sources:
+            keys = self._source_keys(s)
+            source_keys.append(keys)
+            if s._value.dtype.kind in _DIFFERENTIABLE_KINDS:
+                reachable.update(keys)
         nodes = []
         for node in self._nodes[:]:
             for x in node.inputs:
@@ -332,7 +334,10 @@ class GradientTape:
                 if all(g is None for g in out_grads):
                     continue
             inputs = node.inputs
-            needed = [id(x) in reachable for x in inputs]
+            if len(inputs) == 2:
+                needed = [id(inputs[0]) in reachable, id(inputs[1]) in reachable]
+            else:
+                needed = [id(x) in reachable for x in inputs]
             for x, g, need in zip(inputs, node.op.vjp(node, out_grads, needed), needed):
                 if need and g is not None:
                     key = id(x)
@@ -346,7 +351,9 @@ class GradientTape:
                 g = grads.get(k)
                 if g is not None:
                     total = g if total is None else total + g
-            result.append(total if total is None or isinstance(total, Tensor) else Tensor._wrap(np.asarray(total)))
+            if total is not None and not isinstance(total, Tensor):
+                total = Tensor._wrap(total if isinstance(total, (np.ndarray, np.generic)) else np.asarray(total))
+            result.append(total)
         return result
 
     def _source_keys(self, source):

@@ -49,18 +49,23 @@ class Primitive:
         """Input cotangents.  With no tape recording the backward pass, the rules
         run on plain NumPy values (first order needs no recording: much faster)."""
         g, ans, inputs = out_grads[0], node.outputs[0], node.inputs
-        if not _thread.tapes:
+        raw = not _thread.tapes
+        if raw:
             if isinstance(g, Tensor):
                 g = g._value
             ans = ans._value
-            inputs = [x._value if isinstance(x, Tensor) else x for x in inputs]
         vjps, attrs = self.vjps, node.attrs
         n = len(vjps)
         if len(needed) == 2 and n >= 2:  # binary operators: the hot path
             x, y = inputs
+            if raw:
+                x = x._value if isinstance(x, Tensor) else x
+                y = y._value if isinstance(y, Tensor) else y
             rx, ry = vjps[0], vjps[1]
             return [rx(g, ans, x, y, **attrs) if needed[0] and rx is not None else None,
                     ry(g, ans, x, y, **attrs) if needed[1] and ry is not None else None]
+        if raw:
+            inputs = [x._value if isinstance(x, Tensor) else x for x in inputs]
         return [vjps[i](g, ans, *inputs, **attrs) if need and i < n and vjps[i] is not None else None
                 for i, need in enumerate(needed)]
 
