@@ -93,10 +93,11 @@ def scalarize(outs, ws):
 
 
 def central_fd(phi, args, argnum, step=FD_STEP):
-    """Central differences of scalar ``phi(args)`` w.r.t. ``args[argnum]``
-    (array or scalar), in float64; returns an array of the argument's shape."""
+    """Central differences of ``phi(args)`` (a scalar, or a vector of scalars)
+    w.r.t. ``args[argnum]`` (array or scalar), in float64; returns an array of
+    the argument's shape (followed by phi's shape)."""
     base = np.asarray(args[argnum], dtype=np.float64)
-    grad = np.zeros(base.shape)
+    grad = np.zeros(base.shape + np.shape(phi(tuple(args))))
     is_array = isinstance(args[argnum], np.ndarray)
     for idx in np.ndindex(base.shape):
         h = step * max(1.0, abs(float(base[idx])))
@@ -114,7 +115,7 @@ def central_fd(phi, args, argnum, step=FD_STEP):
 def richardson_fd(phi, args, argnum, step=1e-3):
     """A fourth-order stencil with a larger step (for validating FD itself)."""
     base = np.asarray(args[argnum], dtype=np.float64)
-    grad = np.zeros(base.shape)
+    grad = np.zeros(base.shape + np.shape(phi(tuple(args))))
     is_array = isinstance(args[argnum], np.ndarray)
     for idx in np.ndindex(base.shape):
         h = step * max(1.0, abs(float(base[idx])))

@@ -18,9 +18,10 @@ fragment-programs per run.  The source is written to a file in a temporary
 directory and imported (the compiler reads source with ``inspect``).
 
 Check: the results of the compiled forward (under the tape) equal the plain
-Python function's (the primal outside a tape is covered by the corpus), and the tape
-gradient w.r.t. (x, y, a, b) of sum_k w_k r_k equals central finite
-differences of the plain function (rtol 1e-5, atol 1e-7 * max(1, |phi|)).
+Python function's (the primal outside a tape is covered by the corpus), and for
+each fragment k on its own, the tape gradient w.r.t. (x, y, a, b) of w_k r_k
+equals central finite differences of the plain function (rtol 1e-5,
+atol 1e-7 * max(1, |w_k r_k|)).
 Finite differences are first checked against a 4th-order stencil so that an
 input near a kink (a branch threshold, a tie in max/min, a trip-count change)
 is rejected before compiling instead of failing the test.
@@ -384,7 +385,8 @@ ACTIVE = (0, 1, 2, 3)
 
 
 def reference(py, args):
-    """Plain Python outputs, FD gradients, cotangents; None if the point is
+    """Plain Python outputs, their cotangents, and the FD gradient of each
+    output's weighted sum (one column per fragment); None if the point is
     unusable (non-finite values, or within FD reach of a kink)."""
     out = py(*fresh(args))
     outs = out if isinstance(out, tuple) else (out,)
@@ -393,34 +395,36 @@ def reference(py, args):
         return None
     ws = cotangents(outs)
 
-    def phi(a):
+    def phis(a):
         o = py(*fresh(a))
-        return scalarize(o if isinstance(o, tuple) else (o,), ws)
+        return np.array([scalarize((ok,), (wk,)) for ok, wk in zip(o if isinstance(o, tuple) else (o,), ws)])
 
-    phi0 = phi(args)
+    scale = np.maximum(1.0, np.abs(phis(args)))
     fds = []
     for i in ACTIVE:
-        fd = central_fd(phi, args, i)
-        fd4 = richardson_fd(phi, args, i, step=1e-4)
-        if not np.all(np.abs(fd - fd4) <= 0.1 * (RTOL * np.abs(fd4) + ATOL * max(1.0, abs(phi0)))):
+        fd = central_fd(phis, args, i)
+        fd4 = richardson_fd(phis, args, i, step=1e-4)
+        if not np.all(np.abs(fd - fd4) <= 0.1 * (RTOL * np.abs(fd4) + ATOL * scale)):
             return None
         fds.append(fd)
-    return out, ws, fds, phi0
+    return out, ws, fds, scale
 
 
 def check_program(src, seed):
+    """Compiled results equal Python's, and each fragment's gradient (its own
+    backward sweep) equals its own finite differences."""
     mod = load_program(src)
     args = make_inputs(seed)
     ref = reference(mod.prog, args)
     assume(ref is not None)
-    expected, ws, fds, phi0 = ref
+    expected, ws, fds, scale = ref
 
     f = ad.function(mod.prog)
     targs = list(fresh(args))
     srcs = [ad.constant(targs[i]) for i in ACTIVE]
     for i, t in zip(ACTIVE, srcs):
         targs[i] = t
-    with ad.GradientTape() as tape:
+    with ad.GradientTape(persistent=True) as tape:
         for t in srcs:
             tape.watch(t)
         out = f(*targs)
@@ -430,12 +434,13 @@ def check_program(src, seed):
     for k, (gv, ev) in enumerate(zip(out, expected)):
         np.testing.assert_allclose(_value(gv), np.asarray(ev), rtol=1e-12, atol=1e-12,
                                    err_msg="result r%d: compiled forward vs Python\n%s" % (k, src))
-    grads = tape.gradient(list(out), srcs, output_gradients=[ad.constant(w) for w in ws])
-    for i, g, fd in zip(ACTIVE, grads, fds):
-        gv = np.zeros_like(fd) if g is None else np.asarray(g.numpy(), dtype=np.float64)
-        np.testing.assert_allclose(
-            gv, fd, rtol=RTOL, atol=ATOL * max(1.0, abs(phi0)),
-            err_msg="gradient w.r.t. %s (seed %d)\n%s" % ("xyab"[i], seed, src))
+    for k, w in enumerate(ws):
+        grads = tape.gradient(out[k], srcs, output_gradients=ad.constant(w))
+        for i, g, fd in zip(ACTIVE, grads, fds):
+            gv = np.zeros(fd.shape[:-1]) if g is None else np.asarray(g.numpy(), dtype=np.float64)
+            np.testing.assert_allclose(
+                gv, fd[..., k], rtol=RTOL, atol=ATOL * scale[k],
+                err_msg="fragment r%d: gradient w.r.t. %s (seed %d)\n%s" % (k, "xyab"[i], seed, src))
 
 
 def localize(helper_defs, frags, seed):
