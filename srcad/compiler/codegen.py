@@ -61,6 +61,9 @@ class Hooks:
     def loop_top(self, stmt, indent, w):
         pass
 
+    def skip(self, stmt):
+        return False
+
 
 def emit_block(w, stmts, indent, hooks):
     start = len(w.lines)
@@ -71,6 +74,8 @@ def emit_block(w, stmts, indent, hooks):
 
 
 def emit_stmt(w, s, indent, hooks):
+    if hooks.skip(s):
+        return
     w.at(indent, s.origin)
     hooks.before(s, indent, w)
     if isinstance(s, Assign):

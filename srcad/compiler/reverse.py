@@ -6,7 +6,15 @@ array elements on one per array). The adjoint walks the statements in
 reverse, pops to restore each overwritten value, then accumulates adjoints
 (`d_name`). Which values the adjoint reads is found by generating it and
 reading its names back, until that set stops growing, so only what is read
-is saved.
+is saved; and only where it is still needed (saves.py: a statement saves the
+old value only if the reverse of an earlier statement reads it). Integer
+steps `i += c` are undone in the reverse sweep instead of saved.
+
+Two kinds of loops save per iteration only the scalars the iteration starts
+from: straight-line scalar bodies (the reverse recomputes the intermediates it
+needs), and bodies that rewrite their scratch arrays before reading them (the
+reverse re-runs the whole iteration, saving into small `..._it` stacks that
+every iteration reuses, then reverses it).
 """
 import ast
 import re
@@ -18,6 +26,7 @@ from .codegen import Hooks, Writer, emit_block, outputs_src, src, subscript, tid
 from .frontend import TransformError
 from .normalize import Assign, For, If, Store, While, is_atom, is_tree, leaves
 from .rules import ARRAY_RULES, ELEMENTWISE, NONDIFF, OPERATORS
+from .saves import required_before, undoable
 
 
 def np_dtype(ty):
@@ -65,8 +74,16 @@ class Reverse:
         self.innermost = {}
         self.map_loops(program.body, None)
         self.invariant = self.loop_invariant()
+        self.ctx = None           # the loop whose iteration the adjoint is re-running, if any
+        self.req = {}             # id(loop or None) -> {id(stmt): names required before it}
         self.recompute = self.find_recompute_loops()
-        self.in_recompute = {id(s) for loop in self.recompute.values() for s in loop["body"]}
+        self.recompute.update(self.find_rerun_loops())
+        self.rec_owner = {}
+        for info in self.recompute.values():
+            for t in walk(info["body"]):
+                old = self.rec_owner.get(id(t))
+                if old is None or old is info["loop"] or _inside(old, info["loop"]):
+                    self.rec_owner[id(t)] = info["loop"]
         self.fresh_defs = self.first_top_level_defs()
         self.R, self.RV = set(), set()
         self.plan()
@@ -78,10 +95,17 @@ class Reverse:
         return self.d[v]
 
     def stack(self, v, kind):
-        """(stack, top) names of the values of `v` saved by kind 'value'/'elem'/'slice'."""
-        key = (v, kind)
+        """(stack, top) names of the values of `v` saved by kind 'value'/'elem'/'slice'.
+        While the adjoint re-runs an iteration, its saves go to that loop's own small
+        stacks (`..._it`), except old elements of arrays the loop only writes."""
+        ctx = self.ctx
+        if ctx is not None and kind != "value" and v in self.recompute[id(ctx)]["external"]:
+            ctx = None
+        key = (v, kind) if ctx is None else (v, kind, id(ctx))
         if key not in self.stacks:
             base = {"value": f"{v}_stack", "elem": f"{v}_elems", "slice": f"{v}_slices"}[kind]
+            if ctx is not None:
+                base += "_it"
             self.stacks[key] = (self.names.fresh(base), self.names.fresh(f"{base}_top"))
         return self.stacks[key]
 
@@ -191,8 +215,121 @@ class Reverse:
                     outside_defs |= _stmt_defs(t)
             outside_reads |= {n for a in self.p.outputs for n in _names(a)}
             shared = sorted(v for v in assigned if v in outside_reads or v in outside_defs)
-            loops[id(s)] = {"loop": s, "body": body, "carried": carried, "shared": shared}
+            # recompute only what the body's adjoint reads (and what that is computed from)
+            adj_reads = set()
+            for t in body:
+                if t.target in self.an.active and not t.nodiff:
+                    adj_reads |= self.names_read(self.adjoint_assign(t))[0]
+            need = adj_reads & assigned
+            while True:
+                more = need | {n for t in body if t.target in need for n in _stmt_reads(t) if n in assigned}
+                if more == need:
+                    break
+                need = more
+            needed = [t for t in body if t.target in need]
+            defined, exposed = set(), set()
+            for t in needed:
+                exposed |= {n for n in _stmt_reads(t) if n not in defined}
+                defined.add(t.target)
+            carried = sorted(exposed & assigned)
+            loops[id(s)] = {"loop": s, "body": body, "carried": carried, "shared": shared,
+                            "needed": {id(t) for t in needed}, "assigned": assigned | {s.var},
+                            "rerun": False}
         return loops
+
+    def find_rerun_loops(self):
+        """For loops whose body rewrites its scratch arrays before reading them: the forward
+        saves only the scalars an iteration starts from; the reverse sweep re-runs the
+        iteration (saving into small stacks reused by every iteration) and reverses it."""
+        loops, taken = {}, set()
+        for s in walk(self.p.body):
+            if isinstance(s, For) and id(s) not in taken and id(s) not in self.recompute:
+                info = self.rerun_info(s)
+                if info:
+                    loops[id(s)] = info
+                    taken |= {id(t) for t in walk(s.body)}
+        return loops
+
+    def rerun_info(self, s):
+        inner = list(walk(s.body))
+        if any(isinstance(t, Assign) and not isinstance(self.types.get(t.target), (nt.Number, nt.Boolean))
+               for t in inner):
+            return None
+        stored = {t.array for t in inner if isinstance(t, Store)}
+        read = set()
+        for t in inner:
+            read |= (_names(t.index) | _names(t.value)) if isinstance(t, Store) else _stmt_reads(t)
+        scratch = stored & read
+        external = stored - read
+        if not scratch or not all(self.rewritten_first(a, s) for a in scratch):
+            return None
+        if any(isinstance(t, Store) and t.array in scratch and self.store_kind(t) != "elem" for t in inner):
+            return None
+        assigned = {n for t in inner for n in _stmt_defs(t)}
+        exposed = _exposed(s.body, {s.var})
+        carried = sorted((exposed & assigned) - scratch)
+        if not all(isinstance(self.types.get(v), (nt.Number, nt.Boolean)) for v in carried):
+            return None
+        if not any(n in self.an.active for n in assigned | stored):
+            return None
+        return {"loop": s, "body": s.body, "carried": carried, "shared": sorted(assigned),
+                "assigned": assigned | {s.var}, "scratch": scratch, "external": external,
+                "rerun": True}
+
+    def rewritten_first(self, a, loop):
+        """`a` is a 1-d array allocated once outside `loop` with np.empty/np.zeros(E), used
+        nowhere else, and the first statement of the loop's body touching it is
+        `for j in range(E): a[j] = <expression not reading a>`."""
+        if a in self.params or any(a in _names(o) for o in self.p.outputs):
+            return False
+        ty = self.types.get(a)
+        if not isinstance(ty, nt.Array) or ty.ndim != 1:
+            return False
+        inside = {id(t) for t in walk(loop.body)}
+        allocs, size = [], None
+        defs = {}
+        for t in walk(self.p.body):
+            for n in _stmt_defs(t):
+                defs[n] = defs.get(n, 0) + 1
+        for t in walk(self.p.body):
+            if id(t) in inside:
+                continue
+            if isinstance(t, Assign) and t.target == a:
+                allocs.append(t)
+            elif a in _stmt_reads(t):
+                return False
+        if len(allocs) != 1:
+            return False
+        v = allocs[0].value
+        if not (isinstance(v, ast.Call) and src(v.func) in ("np.empty", "np.zeros")
+                and len(v.args) == 1 and not v.keywords):
+            return False
+        size = v.args[0]
+        top = {n for t in self.p.body if isinstance(t, Assign) for n in _stmt_defs(t)}
+        for n in _names(size):   # the same value wherever it is read: a parameter or set once, at top level
+            if defs.get(n, 0) > 1 or (n in self.params and defs.get(n, 0)) or (defs.get(n, 0) and n not in top):
+                return False
+        for t in loop.body:
+            touched = set()
+            for u in walk([t]):
+                touched |= _stmt_reads(u) | ({u.array} if isinstance(u, Store) else set())
+            if a not in touched:
+                continue
+            if not (isinstance(t, For) and src(t.start) == "0" and src(t.step) == "1"
+                    and ast.dump(t.stop) == ast.dump(size)):
+                return False
+            stores = [u for u in t.body if isinstance(u, Store)]
+            if len(stores) != 1 or stores[0].array != a or src(stores[0].index) != t.var:
+                return False
+            for u in t.body:
+                if not isinstance(u, (Assign, Store)):
+                    return False
+                if isinstance(u, Assign) and u.target in (t.var, a):
+                    return False
+                if a in ((_names(u.index) | _names(u.value)) if isinstance(u, Store) else _stmt_reads(u)):
+                    return False
+            return True
+        return False
 
     def first_top_level_defs(self):
         """Top-level assignments whose target holds nothing yet: no need to save the old value."""
@@ -206,18 +343,88 @@ class Reverse:
         return fresh
 
     def plan(self):
-        """Grow the set of values the adjoint reads until it is stable."""
-        variables = {n for n in self.types} | self.params
-        while True:
+        """Grow the set of values the adjoint reads, and which statements must save,
+        until both are stable."""
+        self.variables = {n for n in self.types} | self.params
+        for _ in range(50):
             lines = self.adjoint_lines()
             reads, value_reads = self.names_read(lines)
-            reads &= variables
-            value_reads &= variables
-            if reads <= self.R and value_reads <= self.RV:
+            reads &= self.variables
+            value_reads &= self.variables
+            req = self.required()
+            if reads <= self.R and value_reads <= self.RV and req == self.req:
                 break
             self.R |= reads
             self.RV |= value_reads
+            self.req = req
+        else:
+            raise AssertionError("save planning did not converge")
         self.lines = lines
+
+    # ---- what each statement's reverse reads (for saves.required_before) --
+    def own_reads(self, s):
+        """Names whose values before `s` its adjoint reads."""
+        if isinstance(s, Assign):
+            lines = self.adjoint_assign(s) if s.target in self.an.active and not s.nodiff else []
+            return frozenset(self.names_read(lines)[1] & self.variables)
+        if isinstance(s, Store):
+            lines = self.rev_store(s, pops=False)
+            return frozenset(self.names_read(lines)[1] & self.variables)
+        if isinstance(s, (For, While)) and id(s) in self.recompute:
+            info = self.recompute[id(s)]
+            reads = self.names_read(self.rev_recompute(s))[1] & self.variables
+            return frozenset(reads - info["assigned"] - info.get("scratch", set()))
+        return frozenset()
+
+    def after_reads(self, s):
+        if isinstance(s, If):
+            return frozenset({s.cond})
+        if isinstance(s, For):
+            return frozenset(_stmt_reads(s))
+        if isinstance(s, While):
+            return frozenset({s.counter})
+        u = self.undo(s)
+        return frozenset({s.target} | u[1]) if u else frozenset()
+
+    def kills(self, s):
+        if isinstance(s, (For, While)) and id(s) in self.recompute:
+            return frozenset(self.recompute[id(s)]["assigned"])
+        return frozenset(_stmt_defs(s))
+
+    def undo(self, s):
+        if not hasattr(self, "stable"):
+            self.stable = self.invariant | (self.params - {n for t in walk(self.p.body) for n in _stmt_defs(t)})
+        return undoable(s, self.types, self.stable)
+
+    def required(self):
+        """Req before every statement: at top level, and per re-run loop for its body."""
+        def opaque(t):
+            return id(t) in self.recompute and (self.ctx is None or t is not self.ctx)
+        out = {}
+        saved = self.ctx
+        try:
+            self.ctx = None
+            out[None] = required_before(self.p.body, self.own_reads, self.kills, self.after_reads, opaque)
+            for info in self.recompute.values():
+                if info["rerun"]:
+                    self.ctx = info["loop"]
+                    out[id(info["loop"])] = required_before(info["body"], self.own_reads, self.kills,
+                                                            self.after_reads, opaque)
+        finally:
+            self.ctx = saved
+        return out
+
+    def req_before(self, s):
+        table = self.req.get(None if self.ctx is None else id(self.ctx), {})
+        return table.get(id(s), frozenset())
+
+    def owned(self, s):
+        """`s` runs (and saves) in the code being generated now: the forward, or the
+        re-run of one iteration of `self.ctx`."""
+        return self.rec_owner.get(id(s)) is self.ctx
+
+    def needed_before(self, s, v):
+        return v in self.req_before(s) or (isinstance(s, Assign) and v in self.own_reads(s))
 
     @staticmethod
     def names_read(lines):
@@ -241,11 +448,28 @@ class Reverse:
     def pushes_value(self, v):
         return v in self.R and v in self.multi and v not in self.private and v not in self.invariant
 
+    def undoes_site(self, s):
+        return self.owned(s) and self.undo(s) is not None and self.pushes_value(s.target) \
+            and id(s) not in self.fresh_defs and self.needed_before(s, s.target)
+
     def pushes_site(self, s):
-        return self.pushes_value(s.target) and id(s) not in self.fresh_defs and id(s) not in self.in_recompute
+        return self.owned(s) and self.pushes_value(s.target) and id(s) not in self.fresh_defs \
+            and self.undo(s) is None and self.needed_before(s, s.target)
+
+    def pushes_loop_value(self, s):
+        """A for loop saves its index (a while loop its trip counter) on entry."""
+        v = s.var if isinstance(s, For) else s.counter
+        return self.owned(s) and self.pushes_value(v) and v in self.req_before(s)
+
+    def is_external(self, s):
+        owner = self.rec_owner.get(id(s))
+        info = self.recompute.get(id(owner)) if owner is not None else None
+        return info is not None and info["rerun"] and s.array in info["external"]
 
     def pushes_store(self, s):
-        return s.array in self.RV
+        if self.is_external(s):
+            return s.array in self.RV
+        return self.owned(s) and s.array in self.RV and s.array in self.req_before(s)
 
     def store_kind(self, s):
         t = self.an.type_of(ast.Subscript(value=ast.Name(id=s.array, ctx=ast.Load()), slice=s.index))
@@ -278,6 +502,8 @@ class Reverse:
         comment = [(0, s.origin.comment(), s.origin)]
         if isinstance(s, Assign):
             body = self.pop_value(s.target) if self.pushes_site(s) else []
+            if self.undoes_site(s):
+                body = [(0, self.undo(s)[0], None)]
             if s.target in self.an.active and not s.nodiff:
                 body += self.adjoint_assign(s)
             return comment + body if body else []
@@ -295,13 +521,13 @@ class Reverse:
             return self.rev_recompute(s)
         if isinstance(s, For):
             rb = self.rev_block(s.body)
-            pop = self.pop_value(s.var) if self.pushes_value(s.var) else []
+            pop = self.pop_value(s.var) if self.pushes_loop_value(s) else []
             if not rb:
                 return pop
             return [(0, f"for {s.var} in {self.reversed_range(s)}:", s.origin)] + self.indent(rb) + pop
         if isinstance(s, While):
             rb = self.rev_block(s.body)
-            pop = self.pop_value(s.counter) if self.pushes_value(s.counter) else []
+            pop = self.pop_value(s.counter) if self.pushes_loop_value(s) else []
             if not rb:
                 return pop
             return [(0, f"for _ in range({s.counter}):", s.origin)] + self.indent(rb) + pop
@@ -309,12 +535,16 @@ class Reverse:
 
     def rev_recompute(self, s):
         info = self.recompute[id(s)]
-        body = [(0, "# recompute this iteration from its saved start", None)]
+        if info["rerun"]:
+            return self.rev_rerun(s)
+        body = [(0, "# recompute this iteration from its saved start", None)] if info["needed"] else []
         for v in info["carried"]:
             body += self.pop_value(v)
         saves = {}
         first = set()
         for t in info["body"]:
+            if id(t) not in info["needed"]:
+                continue
             v = t.target
             if v in self.R and (v in info["carried"] or v in first):
                 saves[id(t)] = self.local_name(t, f"{v}_before")
@@ -327,16 +557,50 @@ class Reverse:
                 lines += self.adjoint_assign(t)
             if lines:
                 body += [(0, t.origin.comment(), t.origin)] + lines
-        out = [(0, f"for {s.var} in {self.reversed_range(s)}:", s.origin)] + self.indent(body)
+        out = []
+        if any(not t.startswith("#") for _, t, _ in body):
+            out = [(0, f"for {s.var} in {self.reversed_range(s)}:", s.origin)] + self.indent(body)
         for v in reversed(self.shared_saved(info)):
             out += self.pop_value(v)
-        if self.pushes_value(s.var):
+        if self.pushes_loop_value(s):
+            out += self.pop_value(s.var)
+        return out
+
+    def rev_rerun(self, s):
+        """Reverse one iteration at a time: restore the scalars it started from, run it
+        forward again saving into the loop's own stacks, then reverse it."""
+        info = self.recompute[id(s)]
+        body = [(0, "# run this iteration again from its saved start, then reverse it", None)]
+        for v in info["carried"]:
+            body += self.pop_value(v)
+        outer, self.ctx = self.ctx, s
+        try:
+            hooks = ForwardHooks(self)
+            w = Writer()
+            hooks.reserve(s, 0, w, per_iteration=True)
+            emit_block(w, info["body"], 0, hooks)
+            for text in w.lines:
+                stripped = text.lstrip(" ")
+                body.append(((len(text) - len(stripped)) // 4, stripped, None))
+            body += [(0, "# reverse it", None)] + self.rev_block(info["body"])
+            local = [(key, names) for key, names in self.stacks.items() if len(key) == 3 and key[2] == id(s)]
+        finally:
+            self.ctx = outer
+        out = []
+        for (v, kind, _), (stack, top) in sorted(local):
+            dty = self.types.get(v).dtype if kind == "elem" else self.types.get(v)
+            out += [(0, f"{stack} = np.empty(16, {np_dtype(dty)})", None), (0, f"{top} = 0", None)]
+        out += [(0, f"for {s.var} in {self.reversed_range(s)}:", s.origin)] + self.indent(body)
+        for v in reversed(self.shared_saved(info)):
+            out += self.pop_value(v)
+        if self.pushes_loop_value(s):
             out += self.pop_value(s.var)
         return out
 
     def shared_saved(self, info):
-        return [v for v in info["shared"] if v in self.R and v not in info["carried"]] + \
-            [v for v in info["carried"] if v in info["shared"]]
+        """Names the loop overwrites whose old values are needed before it: saved on entry."""
+        return [v for v in sorted(info["assigned"] - {info["loop"].var})
+                if v in self.req_before(info["loop"]) and self.pushes_value(v)]
 
     @staticmethod
     def indent(lines):
@@ -354,9 +618,9 @@ class Reverse:
         stack, top = self.stack(v, "value")
         return [(0, f"{top} -= 1", None), (0, f"{v} = {stack}[{top}]", None)]
 
-    def rev_store(self, s):
+    def rev_store(self, s, pops=True):
         out = []
-        if self.pushes_store(s):
+        if pops and self.pushes_store(s):
             stack, top = self.stack(s.array, self.store_kind(s))
             out += [(0, f"{top} -= 1", None), (0, f"{subscript(s.array, s.index)} = {stack}[{top}]", None)]
         if s.array in self.an.active:
@@ -524,7 +788,7 @@ class Reverse:
     def forward_source(self):
         w = Writer()
         w.line(0, f"def {self.fname}_forward({', '.join(self.p.params)}):")
-        for (v, kind), (stack, top) in sorted(self.stacks.items()):
+        for (v, kind), (stack, top) in sorted((k, n) for k, n in self.stacks.items() if len(k) == 2):
             ty = self.types.get(v)
             if kind == "value" and isinstance(ty, nt.Array):
                 w.line(1, f"{stack} = List.empty_list({self.list_type(ty)})")
@@ -546,7 +810,7 @@ class Reverse:
                                      "Hint: keep tuples and other non-array values out of differentiated loops")
         emit_block(w, self.p.body, 1, ForwardHooks(self))
         saved = []
-        for key in sorted(self.stacks):
+        for key in sorted(k for k in self.stacks if len(k) == 2):
             saved += list(self.stacks[key])
         saved += self.saved_locals()
         self.saved_names = saved
@@ -577,7 +841,11 @@ class Reverse:
         saved = self.saved_names
         if saved:
             w.line(1, "(" + ", ".join(saved) + ("," if len(saved) == 1 else "") + ") = saved")
-        restored = sorted({s.array for s in walk(self.p.body) if isinstance(s, Store) and self.pushes_store(s)})
+        restored = {s.array for s in walk(self.p.body) if isinstance(s, Store) and self.pushes_store(s)}
+        for info in self.recompute.values():
+            if info["rerun"]:
+                restored |= info["scratch"] & self.R
+        restored = sorted(restored)
         for a in restored:
             w.line(1, f"{a} = {a}.copy()")
         for d, t, o in self.lines:
@@ -604,6 +872,11 @@ class ForwardHooks(Hooks):
     def __init__(self, rev):
         self.rev = rev
 
+    def skip(self, s):
+        """A re-run iteration leaves arrays it only writes alone: they hold the values
+        after it already, and their old elements come off the forward's stack."""
+        return self.rev.ctx is not None and isinstance(s, Store) and self.rev.is_external(s)
+
     def before(self, s, indent, w):
         rev = self.rev
         if isinstance(s, Assign) and rev.pushes_site(s):
@@ -618,21 +891,22 @@ class ForwardHooks(Hooks):
                 w.line(indent, f"{stack}.append({old}.copy())", s.origin)
                 w.line(indent, f"{top} += 1", s.origin)
         elif isinstance(s, For):
-            if rev.pushes_value(s.var):
+            if rev.pushes_loop_value(s):
                 self.push_value(s.var, indent, w, s)
             if id(s) in rev.recompute:
-                self.before_recompute(s, indent, w)
+                if rev.owned(s):
+                    self.before_recompute(s, indent, w)
             else:
                 self.reserve(s, indent, w)
-        elif isinstance(s, While) and s.counter in rev.R:
-            if rev.pushes_value(s.counter):
+        elif isinstance(s, While) and s.counter in rev.R and rev.owned(s):
+            if rev.pushes_loop_value(s):
                 self.push_value(s.counter, indent, w, s)
             w.line(indent, f"{s.counter} = 0", s.origin)
 
     def loop_top(self, s, indent, w):
-        if isinstance(s, While) and s.counter in self.rev.R:
+        if isinstance(s, While) and s.counter in self.rev.R and self.rev.owned(s):
             w.line(indent, f"{s.counter} += 1", s.origin)
-        if isinstance(s, For) and id(s) in self.rev.recompute:
+        if isinstance(s, For) and id(s) in self.rev.recompute and self.rev.owned(s):
             for v in self.rev.recompute[id(s)]["carried"]:
                 stack, top = self.rev.stack(v, "value")
                 w.line(indent, f"{stack}[{top}] = {v}")
@@ -648,6 +922,8 @@ class ForwardHooks(Hooks):
         trip = self.trip(s)
         for v in info["carried"]:
             self.reserve_line(*self.rev.stack(v, "value"), trip, indent, w, s)
+        if info["rerun"]:
+            self.reserve(s, indent, w)
 
     @staticmethod
     def trip(s):
@@ -680,8 +956,9 @@ class ForwardHooks(Hooks):
         else:
             w.line(indent, f"{stack}, {top} = push({stack}, {top}, {value})")
 
-    def reserve(self, s, indent, w):
-        """Room for every push of one loop before it starts: none inside it."""
+    def reserve(self, s, indent, w, per_iteration=False):
+        """Room for every push of one loop before it starts: none inside it (with
+        per_iteration: for one iteration, at its top)."""
         counts = {}
 
         def visit(stmts):
@@ -689,9 +966,10 @@ class ForwardHooks(Hooks):
                 if isinstance(t, Assign) and self.rev.pushes_site(t) \
                         and not isinstance(self.rev.types.get(t.target), nt.Array):
                     key = self.rev.stack(t.target, "value")
-                elif isinstance(t, Store) and self.rev.pushes_store(t) and self.rev.store_kind(t) == "elem":
+                elif isinstance(t, Store) and self.rev.pushes_store(t) and self.rev.store_kind(t) == "elem" \
+                        and not self.skip(t):
                     key = self.rev.stack(t.array, "elem")
-                elif isinstance(t, (For, While)) and self.rev.pushes_value(getattr(t, "var", None) or t.counter):
+                elif isinstance(t, (For, While)) and self.rev.pushes_loop_value(t):
                     key = self.rev.stack(getattr(t, "var", None) or t.counter, "value")
                 else:
                     key = None
@@ -703,9 +981,10 @@ class ForwardHooks(Hooks):
         visit(s.body)
         if not counts:
             return
-        trip = self.trip(s)
+        trip = "1" if per_iteration else self.trip(s)
         for (stack, top), k in counts.items():
-            self.reserve_line(stack, top, trip if k == 1 else f"{k} * {trip}", indent, w, s)
+            count = str(k) if per_iteration else trip if k == 1 else f"{k} * {trip}"
+            self.reserve_line(stack, top, count, indent, w, s)
 
     @staticmethod
     def reserve_line(stack, top, count, indent, w, s):
@@ -713,6 +992,36 @@ class ForwardHooks(Hooks):
         need = f"{top} + {count}"
         w.line(indent, f"if {need} > {stack}.shape[0]:", s.origin)
         w.line(indent + 1, f"{stack} = grow({stack}, {need})", s.origin)
+
+
+def _inside(outer, inner):
+    return any(t is inner for t in walk(outer.body))
+
+
+def _exposed(stmts, defined):
+    """Names read in `stmts` before being surely assigned there."""
+    exposed = set()
+
+    def block(body, defined):
+        defined = set(defined)
+        for t in body:
+            if isinstance(t, If):
+                exposed.update(n for n in _stmt_reads(t) if n not in defined)
+                defined |= block(t.body, defined) & block(t.orelse, defined)
+            elif isinstance(t, For):
+                exposed.update(n for n in _stmt_reads(t) if n not in defined)
+                block(t.body, defined | {t.var})
+            elif isinstance(t, While):
+                exposed.update(n for n in _stmt_reads(t) if n not in defined)
+                block(t.body, defined | {t.counter})
+            elif isinstance(t, Store):
+                exposed.update(n for n in _names(t.index) | _names(t.value) if n not in defined)
+            else:
+                exposed.update(n for n in _stmt_reads(t) if n not in defined)
+                defined.add(t.target)
+        return defined
+    block(stmts, defined)
+    return exposed
 
 
 def _names(expr):

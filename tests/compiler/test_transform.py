@@ -1,4 +1,6 @@
 """transform() driven directly: primal equals Python, adjoint equals finite differences."""
+import math
+
 import numba
 import numpy as np
 import pytest
@@ -213,3 +215,84 @@ def test_straight_line_loop_saves_only_its_state():
     assert sorted(line.split("=")[0].strip() for line in forward.splitlines()
                   if "_stack = np.empty(" in line) == ["v_stack", "x_stack"]
     assert "# recompute this iteration" in t.source("adjoint")
+
+
+# ---- save rules: flow-sensitive saves, undone counters, re-run iterations ----
+
+def scratch_mixture(means, q, x):
+    """GMM-like: per (i, k) the scratch array xc is rewritten, then updated in place
+    with an int counter; sq and se are accumulators, mx a running max."""
+    n = x.shape[0]
+    d = x.shape[1]
+    K = means.shape[0]
+    xc = np.empty(d)
+    mt = np.empty(K)
+    total = 0.0
+    for i in range(n):
+        for k in range(K):
+            for j in range(d):
+                xc[j] = x[i, j] - means[k, j]
+            idx = 0
+            for j in range(d):
+                xc[j] = xc[j] * q[k, idx]
+                idx += 1
+            sq = 0.0
+            for j in range(d):
+                sq += xc[j] * xc[j]
+            mt[k] = -0.5 * sq + math.sin(sq)
+        mx = mt[0]
+        for k in range(1, K):
+            if mt[k] > mx:
+                mx = mt[k]
+        se = 0.0
+        for k in range(K):
+            se += math.exp(mt[k] - mx)
+        total += math.log(se) + mx
+    return total
+
+
+def partial_scratch(x, w):
+    """buf[d - 1] is not rewritten per iteration: it carries state, so the iteration
+    cannot be re-run from its scalars alone (fallback to saving)."""
+    n = x.shape[0]
+    d = x.shape[1]
+    buf = np.zeros(d)
+    total = 0.0
+    for i in range(n):
+        for j in range(d - 1):
+            buf[j] = x[i, j] * w[j]
+        s = 0.0
+        for j in range(d):
+            s += buf[j] * buf[j]
+        buf[d - 1] = 0.1 * s + 0.5 * math.sin(buf[d - 1])
+        total += math.sin(s)
+    return total
+
+
+def _mixture_args():
+    return (rng.uniform(-1, 1, (3, 4)), rng.uniform(0.5, 1.5, (3, 4)), rng.uniform(-1, 1, (5, 4)))
+
+
+def test_accumulators_and_int_counters_are_not_saved():
+    t = check(scratch_mixture, _mixture_args(), (True, True, False))
+    forward, adjoint = t.source("forward"), t.source("adjoint")
+    for name in ("sq", "idx", "xc"):
+        assert f"{name}_stack" not in forward and f"{name}_elems" not in forward, name
+    assert "idx = idx - 1" in adjoint
+
+
+def test_scratch_array_loop_reruns_each_iteration():
+    """The k loop rewrites xc first: the forward saves only mt's old elements; the
+    adjoint re-runs each iteration into small stacks allocated once."""
+    t = check(scratch_mixture, _mixture_args(), (True, True, True))
+    forward, adjoint = t.source("forward"), t.source("adjoint")
+    assert "# run this iteration again" in adjoint
+    assert "xc_elems_it = np.empty(" in adjoint and "xc_elems =" not in forward
+    assert "mt_elems" in forward
+
+
+def test_partially_rewritten_scratch_falls_back_to_saving():
+    x, w = rng.uniform(-1, 1, (6, 3)), rng.uniform(-1, 1, 3)
+    t = check(partial_scratch, (x, w), (True, True))
+    assert "# run this iteration again" not in t.source("adjoint")
+    assert "buf_elems" in t.source("forward")
