@@ -6,6 +6,11 @@ primal source, the argument types, the active mask and the versions of
 srcad's compiler and Numba. Functions are compiled with `cache=True`, so a
 second process imports the files and loads Numba's machine code instead of
 generating and compiling again.
+
+Compile time: the transform needs only the primal's types, so `infer_types`
+runs Numba's frontend and type inference without lowering; `load_cached`
+loads cached machine code without first initialising all of Numba's CPU
+target (see each for the numbers).
 """
 import hashlib
 import importlib.util
@@ -73,7 +78,104 @@ def import_module(path):
 
 
 def jit(function):
-    return numba.njit(cache=True)(function)
+    # no_cfunc_wrapper: the C-callable wrapper Numba builds by default (for
+    # first-class function values) is never used for generated code, and for a
+    # forward that returns a large `saved` tuple it is a fifth of the LLVM IR.
+    return numba.njit(cache=True, no_cfunc_wrapper=True)(function)
+
+
+def load_cached(dispatcher, args):
+    """Load `dispatcher`'s overload for `args` from Numba's disk cache, without
+    initialising the whole CPU target first.
+
+    Numba's own cache load (Dispatcher.compile) starts with
+    ``targetctx.refresh()``, which imports every typing and lowering registry
+    (scipy.linalg included): ~0.3 s in a fresh process, though nothing that is
+    loaded from the cache needs them. This mirrors the cache-hit branch of
+    Dispatcher.compile minus that refresh; any later compile refreshes as
+    usual. Returns True when the overload is there afterwards; False (having
+    changed nothing) on a cache miss or anything unexpected, and the caller
+    then simply calls the dispatcher.
+    """
+    try:
+        from numba.core.compiler_lock import global_compiler_lock
+        from numba.core.runtime import rtsys
+
+        with global_compiler_lock:
+            sig = tuple(dispatcher.typeof_pyval(a) for a in args)
+            if sig in dispatcher.overloads:
+                return True
+            ctx = dispatcher.targetctx
+            rtsys.initialize(ctx)
+            cres = dispatcher._cache._load_overload(sig, ctx)
+            if cres is None or cres.objectmode:
+                return False
+            ctx.insert_user_function(cres.entry_point, cres.fndesc, [cres.library])
+            dispatcher.add_overload(cres)
+            dispatcher._cache_hits[sig] += 1
+            return True
+    except Exception:
+        return False
+
+
+class Typed:
+    """What type inference alone gives: Numba's SSA typemap and the return type."""
+
+    def __init__(self, typemap, return_type):
+        self.typemap = typemap
+        self.return_type = return_type
+
+
+_TYPE_ONLY = None
+
+
+def _type_only_compiler():
+    """A Numba compiler class whose pipeline stops after type inference: no
+    lowering, no LLVM (the types of the primal are all the transform needs)."""
+    global _TYPE_ONLY
+    if _TYPE_ONLY is not None:
+        return _TYPE_ONLY
+    from numba.core.compiler import CompilerBase, DefaultPassBuilder
+    from numba.core.compiler_machinery import FunctionPass, PassManager, register_pass
+    from numba.core.typed_passes import NopythonTypeInference
+
+    @register_pass(mutates_CFG=False, analysis_only=True)
+    class StopAfterTyping(FunctionPass):
+        _name = "srcad_stop_after_typing"
+
+        def __init__(self):
+            FunctionPass.__init__(self)
+
+        def run_pass(self, state):
+            state.cr = Typed(state.typemap, state.return_type)
+            return False
+
+    class TypeOnly(CompilerBase):
+        def define_pipelines(self):
+            pm = PassManager("srcad_type_only")
+            pm.passes.extend(DefaultPassBuilder.define_untyped_pipeline(self.state).passes)
+            pm.add_pass(NopythonTypeInference, "nopython frontend")
+            pm.add_pass(StopAfterTyping, "stop after typing")
+            pm.finalize()
+            return [pm]
+
+    _TYPE_ONLY = TypeOnly
+    return TypeOnly
+
+
+def infer_types(dispatcher, arg_types):
+    """Run Numba's frontend and type inference (only) of a `jit` dispatcher's
+    Python function for `arg_types`; returns a `Typed`. Typing errors are
+    Numba's, as from a compile."""
+    from numba.core import compiler
+    from numba.core.compiler_lock import global_compiler_lock
+
+    flags = compiler.Flags()
+    dispatcher.targetdescr.options.parse_as_flags(flags, dispatcher.targetoptions)
+    with global_compiler_lock:
+        return compiler.compile_extra(dispatcher.targetdescr.typing_context, dispatcher.targetdescr.target_context,
+                                      dispatcher.py_func, args=tuple(arg_types), return_type=None, flags=flags,
+                                      locals=dispatcher.locals, pipeline_class=_type_only_compiler())
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

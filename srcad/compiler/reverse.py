@@ -215,27 +215,40 @@ class Reverse:
                     outside_defs |= _stmt_defs(t)
             outside_reads |= {n for a in self.p.outputs for n in _names(a)}
             shared = sorted(v for v in assigned if v in outside_reads or v in outside_defs)
-            # recompute only what the body's adjoint reads (and what that is computed from)
-            adj_reads = set()
-            for t in body:
-                if t.target in self.an.active and not t.nodiff:
-                    adj_reads |= self.names_read(self.adjoint_assign(t))[0]
-            need = adj_reads & assigned
-            while True:
-                more = need | {n for t in body if t.target in need for n in _stmt_reads(t) if n in assigned}
-                if more == need:
-                    break
-                need = more
-            needed = [t for t in body if t.target in need]
-            defined, exposed = set(), set()
-            for t in needed:
-                exposed |= {n for n in _stmt_reads(t) if n not in defined}
-                defined.add(t.target)
+            needed, exposed = self.recomputed_statements(body)
             carried = sorted(exposed & assigned)
             loops[id(s)] = {"loop": s, "body": body, "carried": carried, "shared": shared,
                             "needed": {id(t) for t in needed}, "assigned": assigned | {s.var},
                             "rerun": False}
         return loops
+
+    def recomputed_statements(self, body):
+        """What the reverse sweep of a straight-line loop body needs from its forward.
+
+        Returns the statements whose values the body's adjoint reads (directly or
+        through other such statements), and the names whose value at the start of
+        the iteration is read.  A read is matched to the definition that reaches
+        it, so `r = sin(r) + y[i]`, whose adjoint reads the *old* r, is not
+        recomputed: its r is restored from the iteration's start instead.
+        """
+        reaching, last = [], {}
+        for t in body:
+            reaching.append(dict(last))
+            last[t.target] = t
+        needed, exposed = set(), set()
+        for k in range(len(body) - 1, -1, -1):
+            t = body[k]
+            wanted = set()
+            if t.target in self.an.active and not t.nodiff:
+                wanted |= self.names_read(self.adjoint_assign(t))[0]
+            if id(t) in needed:
+                wanted |= _stmt_reads(t)
+            for n in wanted:
+                if n in reaching[k]:
+                    needed.add(id(reaching[k][n]))
+                else:
+                    exposed.add(n)
+        return [t for t in body if id(t) in needed], exposed
 
     def find_rerun_loops(self):
         """For loops whose body rewrites its scratch arrays before reading them: the forward

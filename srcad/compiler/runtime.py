@@ -1,24 +1,31 @@
 """Small Numba helpers the generated code calls: stacks and broadcast sums.
 
 They live in one importable module (not in every generated file) so that
-Numba compiles and caches them once.
+Numba compiles and caches them once. They are only ever called from compiled
+code, so they are compiled without the CPython and cfunc wrappers (`_helper`):
+each would be one more LLVM module to build per signature on a cold compile.
 """
 import numba
 import numpy as np
 from numba.extending import overload
 
+_helper = numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 
-@numba.njit(cache=True)
+
+@_helper
 def grow(stack, need):
     """Return `stack` with room for at least `need` entries (amortised doubling)."""
     if need <= stack.shape[0]:
         return stack
     bigger = np.empty(max(need, 2 * stack.shape[0]), stack.dtype)
-    bigger[:stack.shape[0]] = stack
+    # An explicit loop, not `bigger[:n] = stack`: slice assignment makes Numba
+    # compile its shape-mismatch error formatting (~2 s, once per process).
+    for i in range(stack.shape[0]):
+        bigger[i] = stack[i]
     return bigger
 
 
-@numba.njit(cache=True)
+@_helper
 def push(stack, top, value):
     """Push one value; returns the (possibly reallocated) stack and the new top."""
     if top == stack.shape[0]:
@@ -58,7 +65,7 @@ def _sum_into_source(rd, rg):
     return "\n".join(lines)
 
 
-@overload(sum_into)
+@overload(sum_into, jit_options={"no_cpython_wrapper": True, "no_cfunc_wrapper": True})
 def _sum_into_overload(dest, grad):
     if not isinstance(dest, numba.types.Array):
         return None
@@ -73,7 +80,7 @@ def _sum_into_overload(dest, grad):
     return scope["impl"]
 
 
-@numba.njit(cache=True)
+@_helper
 def trip_count(start, stop, step):
     """len(range(start, stop, step)) without building the range."""
     if step > 0:

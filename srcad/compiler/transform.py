@@ -1,10 +1,10 @@
 """The compiler's entry point and the object the tape integration uses."""
-import numba
 from numba.core import errors as nb_errors
 from numba.core import types as nt
 
 from .activity import Analysis, is_float, unify_types
-from .backend import cache_dir, cache_key, import_module, jit, load_meta, save_meta, user_error, write_module
+from .backend import (Typed, cache_dir, cache_key, import_module, infer_types, jit, load_cached, load_meta, save_meta,
+                      user_error, write_module)
 from .codegen import HEADER, primal_source
 from .frontend import load, unwrap
 from .normalize import lower
@@ -16,9 +16,10 @@ class Transformed:
 
     Calling conventions (all Numba dispatchers):
 
-    * ``primal(*args)`` returns exactly what the user function returns.
-    ``forward`` and ``adjoint`` wrap their dispatchers (attributes pass
-    through) so that a compile error names the user's line.
+    * ``primal(*args)`` returns exactly what the user function returns; it is
+      compiled on its first call (a `LazyPrimal`). ``primal``, ``forward`` and
+      ``adjoint`` wrap their dispatchers (attributes pass through) so that a
+      compile error names the user's line.
 
     * ``forward(*args)`` returns ``(outputs, saved)``: ``outputs`` as from
       ``primal``, ``saved`` an opaque tuple for the adjoint (stacks, their
@@ -58,11 +59,16 @@ class Checked:
     """A Numba dispatcher whose compile errors name the user's function and line
     instead of the generated code. Attributes are the dispatcher's."""
 
-    def __init__(self, dispatcher, path, origins, name):
+    def __init__(self, dispatcher, path, origins, name, cached=True):
         self.dispatcher = dispatcher
         self._where = (path, origins, name)
+        self._try_cache = cached
 
     def __call__(self, *args):
+        if self._try_cache:
+            # First call: a light load from Numba's disk cache (see load_cached).
+            self._try_cache = False
+            load_cached(self.dispatcher, args)
         try:
             return self.dispatcher(*args)
         except (nb_errors.TypingError, nb_errors.UnsupportedError, nb_errors.LoweringError) as exc:
@@ -91,7 +97,11 @@ def _split_outputs(return_type, returns_tuple):
 
 def transform(pyfunc, arg_types, active):
     """Parse, transform and compile `pyfunc` for `arg_types` (numba types),
-    differentiating the arguments whose `active` flag is True."""
+    differentiating the arguments whose `active` flag is True.
+
+    Only Numba's type inference runs on the primal here (its types drive the
+    transform); the primal itself is compiled when it is first called, so a
+    gradient compiles two functions (forward and adjoint), not three."""
     pyfunc = unwrap(pyfunc)
     arg_types = tuple(arg_types)
     active = tuple(bool(a) for a in active)
@@ -104,27 +114,25 @@ def transform(pyfunc, arg_types, active):
     key = cache_key(primal_src, arg_types, active)
     root = cache_dir()
     base = f"{fname}_{key}"
-    primal_path = root / f"{base}_primal.py"
+    # One primal module per signature, shared by every active mask: a plain
+    # call and a gradient of the same signature compile / type it once.
+    primal_path = root / f"{fname}_{cache_key(primal_src, arg_types, ())}_primal.py"
     module_path = root / f"{base}.py"
+    offset = primal_src.count("\n") - primal_w.text().count("\n")
+    primal_origins = [None] * offset + primal_w.origins
     meta = load_meta(root / f"{base}.json")
-    write_module(primal_path, primal_src)
-    primal = jit(getattr(import_module(primal_path), f"{fname}_primal"))
-    if meta is not None and module_path.exists():
-        forward, adjoint = _load(module_path, [], fname)
+    if meta is not None and module_path.exists() and primal_path.exists():
+        primal = _lazy_primal(primal_path, primal_origins, fname)
+        forward, adjoint = _load(module_path, [], fname, cached=True)
         return Transformed(fname, primal, forward, adjoint, meta["sources"], meta["returns_tuple"],
                            [None] * meta["n_outputs"], active)
-    offset = primal_src.count("\n") - primal_w.text().count("\n")
+    write_module(primal_path, primal_src)
+    primal = _lazy_primal(primal_path, primal_origins, fname)
     try:
-        primal.compile(arg_types)
+        typed = _primal_types(primal, arg_types, compile_it=not any(active))
     except (nb_errors.TypingError, nb_errors.UnsupportedError, nb_errors.LoweringError, NameError) as exc:
-        raise user_error(exc, primal_path, [None] * offset + primal_w.origins, fname) from None
-    overload = primal.overloads[arg_types]
-    if not hasattr(overload.type_annotation, "typemap"):
-        # Loaded from Numba's disk cache, which drops the typemap: type it afresh.
-        fresh = numba.njit(cache=False)(primal.py_func)
-        fresh.compile(arg_types)
-        overload = fresh.overloads[arg_types]
-    types = unify_types(overload.type_annotation.typemap)
+        raise user_error(exc, primal_path, primal_origins, fname) from None
+    types = unify_types(typed.typemap)
     for p, t in zip(program.params, arg_types):
         types[p] = t
     analysis = Analysis(program, types, active)
@@ -136,15 +144,68 @@ def transform(pyfunc, arg_types, active):
     module_src = head + forward_w.text() + "\n\n" + adjoint_w.text()
     origins = [None] * head.count("\n") + forward_w.origins + [None, None] + adjoint_w.origins
     write_module(module_path, module_src)
-    forward, adjoint = _load(module_path, origins, fname)
+    forward, adjoint = _load(module_path, origins, fname, cached=False)
     sources = {"primal": primal_w.text(), "forward": forward_w.text(), "adjoint": adjoint_w.text()}
-    outputs = _split_outputs(overload.signature.return_type, program.returns_tuple)
+    outputs = _split_outputs(typed.return_type, program.returns_tuple)
     save_meta(root / f"{base}.json", {"sources": sources, "returns_tuple": program.returns_tuple,
                                       "n_outputs": len(outputs)})
     return Transformed(fname, primal, forward, adjoint, sources, program.returns_tuple, outputs, active)
 
 
-def _load(path, origins, name):
+def _primal_types(primal, arg_types, compile_it):
+    """Numba's types of the primal. Without active arguments the caller is
+    about to run the primal itself, so compile it and read the types off the
+    compile; otherwise run type inference alone (no lowering, no LLVM)."""
+    dispatcher = primal.dispatcher
+    if compile_it:
+        dispatcher.compile(arg_types)
+    overload = dispatcher.overloads.get(arg_types)
+    if overload is not None and hasattr(overload.type_annotation, "typemap"):
+        return Typed(overload.type_annotation.typemap, overload.signature.return_type)
+    # Not compiled, or loaded from Numba's disk cache (which drops the typemap).
+    return infer_types(dispatcher, arg_types)
+
+
+_PRIMALS = {}
+
+
+def _lazy_primal(path, origins, name):
+    primal = _PRIMALS.get(path)
+    if primal is None:
+        primal = _PRIMALS[path] = LazyPrimal(path, origins, name)
+    return primal
+
+
+class LazyPrimal:
+    """The plain compiled primal, imported and compiled (or loaded from Numba's
+    disk cache) only when first used: the gradient path never needs it.
+    Calls and attributes are those of a `Checked` Numba dispatcher."""
+
+    def __init__(self, path, origins, name):
+        self._spec = (path, origins, name)
+        self._checked = None
+
+    @property
+    def checked(self):
+        if self._checked is None:
+            path, origins, name = self._spec
+            self._checked = Checked(jit(getattr(import_module(path), f"{name}_primal")), path, origins, name)
+        return self._checked
+
+    @property
+    def dispatcher(self):
+        return self.checked.dispatcher
+
+    def __call__(self, *args):
+        return (self._checked or self.checked)(*args)
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.checked.dispatcher, name)
+
+
+def _load(path, origins, name, cached):
     module = import_module(path)
-    return tuple(Checked(jit(getattr(module, f"{name}_{kind}")), path, origins, name)
+    return tuple(Checked(jit(getattr(module, f"{name}_{kind}")), path, origins, name, cached)
                  for kind in ("forward", "adjoint"))
