@@ -32,9 +32,9 @@ class Primitive:
         self.vjps = vjps
 
     def __call__(self, *args, **attrs):
-        if len(args) == 2:  # the binary operators: the hot path
+        if len(args) == 2 and not attrs:  # the binary operators: the hot path
             x, y = args
-            out = self.fn(x._value if isinstance(x, Tensor) else x, y._value if isinstance(y, Tensor) else y, **attrs)
+            out = self.fn(x._value if isinstance(x, Tensor) else x, y._value if isinstance(y, Tensor) else y)
         else:
             out = self.fn(*[a._value if isinstance(a, Tensor) else a for a in args], **attrs)
         if type(out) in _PYTHON_SCALARS:  # operator-based arithmetic on two Python numbers
@@ -62,8 +62,11 @@ class Primitive:
                 x = x._value if isinstance(x, Tensor) else x
                 y = y._value if isinstance(y, Tensor) else y
             rx, ry = vjps[0], vjps[1]
-            return [rx(g, ans, x, y, **attrs) if needed[0] and rx is not None else None,
-                    ry(g, ans, x, y, **attrs) if needed[1] and ry is not None else None]
+            if attrs:
+                return [rx(g, ans, x, y, **attrs) if needed[0] and rx is not None else None,
+                        ry(g, ans, x, y, **attrs) if needed[1] and ry is not None else None]
+            return [rx(g, ans, x, y) if needed[0] and rx is not None else None,
+                    ry(g, ans, x, y) if needed[1] and ry is not None else None]
         if raw:
             inputs = [x._value if isinstance(x, Tensor) else x for x in inputs]
         return [vjps[i](g, ans, *inputs, **attrs) if need and i < n and vjps[i] is not None else None
