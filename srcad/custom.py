@@ -48,7 +48,7 @@ def stop_gradient(x):
 # -- custom_gradient ---------------------------------------------------------------------
 
 class _VariableWatcher:
-    """Collects the trainable variables read while it is active (``tape._read_variable`` reports them)."""
+    """Collects the trainable variables read while it is active (``tape.record`` reports them)."""
 
     __slots__ = ("variables", "_seen")
 

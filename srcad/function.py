@@ -146,7 +146,7 @@ class CompiledSegment:
             grads = self._adjoint(node, cotangents)
         else:
             grads = self._adjoint_batched(node, cotangents, batch)
-        return [Tensor._wrap(g) if g is not None else None for g in grads]
+        return [Tensor._wrap(g) if g is not None and need else None for g, need in zip(grads, needed)]
 
     def _adjoint(self, node, cotangents):
         values, saved = node.attrs["values"], node.attrs["saved"]

@@ -48,7 +48,11 @@ def recording_tapes():
 
 
 class Node(collections.namedtuple("Node", "op inputs outputs attrs")):
-    """One recorded operation: ``op.vjp(node, output_grads, needed)`` gives input grads."""
+    """One recorded operation.
+
+    ``op.vjp(node, output_grads, needed)`` returns one cotangent per input:
+    ``None`` where ``needed`` is False (or the input gets no gradient).
+    """
 
     __slots__ = ()
 
@@ -65,8 +69,24 @@ def record(op, inputs, outputs, attrs):
     """
     tapes = _thread.tapes
     for x in inputs:
-        if type(x) is Variable:
-            inputs = [_read_variable(x, tapes) if type(x) is Variable else x for x in inputs]
+        if type(x) is Variable:  # replace each Variable by its read, tracked by the tapes that watch it
+            watchers = _thread.watchers
+            recorded = []
+            for x in inputs:
+                if type(x) is Variable:
+                    read = x._read
+                    if read is None:
+                        read = x.read_value()
+                    for tape in tapes:
+                        if id(read) not in tape._tracked and (
+                                id(x) in tape._watched_variables or (tape._watch_accessed_variables and x.trainable)):
+                            tape._track_variable(x, read)
+                    if watchers and x.trainable:
+                        for watcher in watchers:
+                            watcher.add(x)
+                    x = read
+                recorded.append(x)
+            inputs = recorded
             break
     node = None
     for tape in tapes:
@@ -80,21 +100,6 @@ def record(op, inputs, outputs, attrs):
                     tracked[id(out)] = out
                 break
     return inputs
-
-
-def _read_variable(variable, tapes):
-    read = variable._read
-    if read is None:
-        read = variable.read_value()
-    for tape in tapes:
-        if id(read) not in tape._tracked and (
-                id(variable) in tape._watched_variables or (tape._watch_accessed_variables and variable.trainable)):
-            tape._track_variable(variable, read)
-    watchers = _thread.watchers
-    if watchers and variable.trainable:
-        for watcher in watchers:
-            watcher.add(variable)
-    return read
 
 
 def _flatten(structure):
@@ -165,12 +170,18 @@ class GradientTape:
             self._clear()
             self._consumed = False
         self._created = True
-        self._push()
+        _thread.tapes.append(self)
+        self._recording = True
         return self
 
     def __exit__(self, exc_type, exc, tb):
         if self._recording:
-            self._pop()
+            tapes = _thread.tapes
+            if tapes and tapes[-1] is self:
+                tapes.pop()
+                self._recording = False
+            else:
+                self._pop()
         return False
 
     def _push(self):
@@ -267,14 +278,18 @@ class GradientTape:
 
     def gradient(self, target, sources, output_gradients=None, unconnected_gradients=UnconnectedGradients.NONE):
         """Gradients of the sum of ``target`` with respect to each of ``sources``."""
-        unconnected = parse_unconnected(unconnected_gradients)
-        self._begin_gradient()
+        unconnected = unconnected_gradients
+        if unconnected is not UnconnectedGradients.NONE:
+            unconnected = parse_unconnected(unconnected)
+        if self._recording or not self._created or self._consumed:
+            self._begin_gradient()
         if output_gradients is None and isinstance(target, Tensor) and isinstance(sources, Tensor) \
                 and sources._value.dtype.kind in _DIFFERENTIABLE_KINDS:
             try:  # the common case, without the nest handling below
                 grad = self._backprop((target,), (_ones_like(target),), (sources,))[0]
             finally:
-                self._end_gradient()
+                if not self._persistent:
+                    self._end_gradient()
             return grad if grad is not None or unconnected is UnconnectedGradients.NONE else _zeros_like(sources)
         if target is None:
             raise TypeError("Argument `target` should be a list or nested structure of Tensors, Variables or "
@@ -302,12 +317,16 @@ class GradientTape:
         source_keys = []
         reachable = set()
         for s in sources:
-            keys = self._source_keys(s)
+            if type(s) is Variable:
+                reads = self._reads.get(id(s))
+                keys = [id(s), *map(id, reads)] if reads else [id(s)]
+            else:
+                keys = [id(s)] if id(s) in self._tracked else []
             source_keys.append(keys)
             if s._value.dtype.kind in _DIFFERENTIABLE_KINDS:
                 reachable.update(keys)
         nodes = []
-        for node in self._nodes[:]:
+        for node in self._nodes[:] if self._recording else self._nodes:  # a recording tape grows as we go
             for x in node.inputs:
                 if id(x) in reachable:
                     nodes.append(node)
@@ -316,16 +335,20 @@ class GradientTape:
                             reachable.add(id(out))
                     break
 
+        raw = not _thread.tapes  # nothing records this sweep: the rules may run on plain NumPy values
         grads = {}
+        get = grads.get
         for t, seed in zip(targets, seeds):
+            if raw and isinstance(seed, Tensor):
+                seed = seed._value
             key = id(t)
-            prev = grads.get(key)
+            prev = get(key)
             grads[key] = seed if prev is None else prev + seed
 
         for node in reversed(nodes):
             outputs = node.outputs
             if len(outputs) == 1:
-                g = grads.get(id(outputs[0]))
+                g = get(id(outputs[0]))
                 if g is None:
                     continue
                 out_grads = (g,)
@@ -338,10 +361,10 @@ class GradientTape:
                 needed = [id(inputs[0]) in reachable, id(inputs[1]) in reachable]
             else:
                 needed = [id(x) in reachable for x in inputs]
-            for x, g, need in zip(inputs, node.op.vjp(node, out_grads, needed), needed):
-                if need and g is not None:
+            for x, g in zip(inputs, node.op.vjp(node, out_grads, needed)):
+                if g is not None:  # ops return None for inputs that are not needed
                     key = id(x)
-                    prev = grads.get(key)
+                    prev = get(key)
                     grads[key] = g if prev is None else prev + g
 
         result = []
@@ -352,18 +375,11 @@ class GradientTape:
                 if g is not None:
                     total = g if total is None else total + g
             if total is not None and not isinstance(total, Tensor):
-                total = Tensor._wrap(total if isinstance(total, (np.ndarray, np.generic)) else np.asarray(total))
+                wrapped = object.__new__(Tensor)
+                wrapped._value = total if isinstance(total, (np.ndarray, np.generic)) else np.asarray(total)
+                total = wrapped
             result.append(total)
         return result
-
-    def _source_keys(self, source):
-        """Tensor ids whose gradients add up to the gradient of ``source``."""
-        if isinstance(source, Variable):
-            reads = self._reads.get(id(source))
-            return [id(source), *map(id, reads)] if reads else [id(source)]
-        if id(source) in self._tracked:
-            return [id(source)]
-        return []
 
     def jacobian(self, target, sources, unconnected_gradients=UnconnectedGradients.NONE,
                  parallel_iterations=None, experimental_use_pfor=True):
@@ -444,7 +460,9 @@ def fit_cotangent(g, shape, what, of_what):
 
 def _ones_like(t):
     v = t._value
-    return Tensor._wrap(v.dtype.type(1) if v.ndim == 0 else np.ones(v.shape, v.dtype))
+    ones = object.__new__(Tensor)
+    ones._value = v.dtype.type(1) if v.ndim == 0 else np.ones(v.shape, v.dtype)
+    return ones
 
 
 def _zeros_like(source):

@@ -46,13 +46,12 @@ class Primitive:
         return result
 
     def vjp(self, node, out_grads, needed):
-        """Input cotangents.  With no tape recording the backward pass, the rules
-        run on plain NumPy values (first order needs no recording: much faster)."""
+        """Input cotangents.  A plain NumPy cotangent means no tape records the
+        backward pass (see ``GradientTape._backprop``): the rules then run on plain
+        values, which is much faster; a Tensor cotangent keeps everything recorded."""
         g, ans, inputs = out_grads[0], node.outputs[0], node.inputs
-        raw = not _thread.tapes
+        raw = not isinstance(g, Tensor)
         if raw:
-            if isinstance(g, Tensor):
-                g = g._value
             ans = ans._value
         vjps, attrs = self.vjps, node.attrs
         n = len(vjps)
