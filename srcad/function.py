@@ -76,14 +76,15 @@ class Function:
         return tuple(bound.arguments.values())
 
     def _transform(self, values, active):
-        import numba  # the compiler (and Numba) load on the first compiled call, not on `import srcad`
-
-        from .compiler import transform
-
-        key = (tuple(numba.typeof(v) for v in values), active)
+        key = (tuple(map(_type_key, values)), active)
         transformed = self._transforms.get(key)
         if transformed is None:
-            transformed = self._transforms[key] = transform(self.python_function, key[0], active)
+            import numba  # the compiler (and Numba) load on the first compiled call, not on `import srcad`
+
+            from .compiler import transform
+
+            transformed = self._transforms[key] = transform(
+                self.python_function, tuple(numba.typeof(v) for v in values), active)
         self._last = transformed
         return transformed
 
@@ -182,6 +183,21 @@ def _argument_value(a):
     if isinstance(a, (np.integer, np.bool_)):
         return a.item()
     return a
+
+
+def _type_key(v):
+    """What decides Numba's type of an argument, without asking Numba (``numba.typeof``
+    costs microseconds per array, on every call)."""
+    if isinstance(v, np.ndarray):
+        flags = v.flags
+        return (v.dtype, v.ndim, flags.c_contiguous, flags.f_contiguous, flags.writeable, flags.aligned)
+    if type(v) in _SCALAR_TYPES:
+        return type(v)
+    import numba
+    return numba.typeof(v)  # anything else (tuples...): Numba's own type is the key
+
+
+_SCALAR_TYPES = frozenset((float, int, bool, complex, np.float32, np.float64, np.int32, np.int64, np.bool_))
 
 
 def _is_float(v):

@@ -60,14 +60,16 @@ class Node(collections.namedtuple("Node", "op inputs outputs attrs")):
 _new_node = tuple.__new__  # builds a Node without a Python-level __new__: the recording hot path
 
 
-def record(op, inputs, outputs, attrs):
+def record(op, inputs, outputs, attrs, tapes=None):
     """Put an operation on every recording tape that tracks one of its inputs.
 
     ``inputs`` may hold Variables; they are replaced by their read tensors, and
     the tapes that watch (or auto-watch) the variable start tracking the read.
+    ``tapes``: this thread's recording tapes, when the caller has them at hand.
     Returns the inputs as recorded (reads in place of variables).
     """
-    tapes = _thread.tapes
+    if tapes is None:
+        tapes = _thread.tapes
     for x in inputs:
         if type(x) is Variable:  # replace each Variable by its read, tracked by the tapes that watch it
             watchers = _thread.watchers

@@ -17,6 +17,7 @@ from ..tape import _thread, record
 from ..tensor import Tensor
 
 _PYTHON_SCALARS = (float, int, bool, complex)
+_new_object = object.__new__
 UFUNCS = {}
 FUNCTIONS = {}
 
@@ -39,10 +40,12 @@ class Primitive:
             out = self.fn(*[a._value if isinstance(a, Tensor) else a for a in args], **attrs)
         if type(out) in _PYTHON_SCALARS:  # operator-based arithmetic on two Python numbers
             out = np.asarray(out)[()]
-        result = object.__new__(Tensor)
+        result = _new_object(Tensor)
         result._value = out
-        if self.vjps is not None and _thread.tapes:
-            record(self, args, (result,), attrs)
+        if self.vjps is not None:
+            tapes = _thread.tapes
+            if tapes:
+                record(self, args, (result,), attrs, tapes)
         return result
 
     def vjp(self, node, out_grads, needed):
