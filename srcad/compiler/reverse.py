@@ -21,6 +21,7 @@ import re
 
 from numba.core import types as nt
 
+from .accumulate import hoist_invariant_accumulations
 from .activity import rank, walk
 from .codegen import Hooks, Writer, emit_block, outputs_src, src, subscript, tidy
 from .frontend import TransformError
@@ -847,6 +848,14 @@ class Reverse:
         return "".join(f"{name} = {key}\n" for key, name in self.list_types.items())
 
     # ---- adjoint -------------------------------------------------------
+    def adjoint_rank(self, name):
+        """The rank of the array behind an adjoint name (None if it is not an array's adjoint)."""
+        for v, d in self.d.items():
+            if d == name:
+                ty = self.types.get(v)
+                return ty.ndim if isinstance(ty, nt.Array) else None
+        return None
+
     def adjoint_source(self, active_args):
         w = Writer()
         params = ", ".join(self.p.params + ["saved", "d_out"])
@@ -861,7 +870,7 @@ class Reverse:
         restored = sorted(restored)
         for a in restored:
             w.line(1, f"{a} = {a}.copy()")
-        for d, t, o in self.lines:
+        for d, t, o in hoist_invariant_accumulations(self.lines, self.names.fresh, self.adjoint_rank):
             if o is not None and t == o.comment():
                 w.at(1 + d, o)
                 continue

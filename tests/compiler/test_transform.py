@@ -299,3 +299,44 @@ def test_partially_rewritten_scratch_falls_back_to_saving():
     t = check(partial_scratch, (x, w), (True, True))
     assert "# run this iteration again" not in t.source("adjoint")
     assert "buf_elems" in t.source("forward")
+
+
+# ---- accumulations into a loop-invariant element go through a local ----
+
+def triangle_product(L, v):
+    """out[row] += L[row, col] * v[col] over the strict lower triangle: in the reverse
+    sweep d_v[col] is the same element for every row."""
+    n = v.shape[0]
+    out = np.zeros(n)
+    for col in range(n):
+        for row in range(col + 1, n):
+            out[row] += L[row, col] * v[col]
+    s = 0.0
+    for j in range(n):
+        s += math.sin(out[j])
+    return s
+
+
+def shifting_index(v, w):
+    """The accumulated element moves inside the loop (j changes): nothing is hoisted."""
+    s = 0.0
+    j = 0
+    for i in range(v.shape[0]):
+        s += v[j] * w[i] * w[i]
+        j = (j + 1) % v.shape[0]
+    return s
+
+
+def test_loop_invariant_accumulation_is_summed_in_a_local():
+    L, v = rng.uniform(-1, 1, (5, 5)), rng.uniform(-1, 1, 5)
+    adjoint = check(triangle_product, (L, v), (True, True)).source("adjoint")
+    assert "d_v_sum = 0.0" in adjoint and "d_v[col] += d_v_sum" in adjoint
+    # the empty inner loop (col = n - 1) adds nothing and never touches d_v
+    L1, v1 = rng.uniform(-1, 1, (1, 1)), rng.uniform(-1, 1, 1)
+    check(triangle_product, (L1, v1), (True, True))
+
+
+def test_accumulation_with_a_changing_index_is_left_alone():
+    v, w = rng.uniform(-1, 1, 3), rng.uniform(-1, 1, 7)
+    adjoint = check(shifting_index, (v, w), (True, True)).source("adjoint")
+    assert "_sum = 0.0" not in adjoint
