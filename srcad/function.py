@@ -13,8 +13,8 @@ import inspect
 
 import numpy as np
 
-from .tape import record, recording_tapes
-from .tensor import Tensor, Variable
+from .tape import needs_gradient, record, recording_tapes
+from .tensor import Tensor
 
 __all__ = ["function", "show_source", "Function"]
 
@@ -54,7 +54,8 @@ class Function:
         args = self._bind(args, kwargs)
         values = tuple(_argument_value(a) for a in args)
         tapes = recording_tapes()
-        active = tuple(_is_active(a, tapes) for a in args) if tapes else (False,) * len(args)
+        active = tuple(needs_gradient(a, tapes) and a.dtype.kind == "f" for a in args) if tapes \
+            else (False,) * len(args)
         transformed = self._transform(values, active)
         if not any(active):
             return _wrap_outputs(transformed.primal(*values))
@@ -202,15 +203,6 @@ _SCALAR_TYPES = frozenset((float, int, bool, complex, np.float32, np.float64, np
 
 def _is_float(v):
     return np.asarray(v).dtype.kind == "f"
-
-
-def _is_active(a, tapes):
-    """Does a recording tape need the gradient of argument ``a``?"""
-    if not isinstance(a, Tensor) or a.dtype.kind != "f":
-        return False
-    if type(a) is Variable:
-        return any(id(a) in t._watched_variables or (t._watch_accessed_variables and a.trainable) for t in tapes)
-    return any(id(a) in t._tracked for t in tapes)
 
 
 def _wrap_outputs(out):

@@ -104,14 +104,23 @@ def record(op, inputs, outputs, attrs, tapes=None):
     return inputs
 
 
-def _flatten(structure):
+def needs_gradient(x, tapes):
+    """Would one of ``tapes`` record an operation that reads ``x``?"""
+    if not isinstance(x, Tensor) or x._value.dtype.kind not in _DIFFERENTIABLE_KINDS:
+        return False
+    if type(x) is Variable:
+        return any(id(x) in t._watched_variables or (t._watch_accessed_variables and x.trainable) for t in tapes)
+    return any(id(x) in t._tracked for t in tapes)
+
+
+def flatten(structure):
     """Leaves of a nest of lists, tuples and dicts (dict values in key order)."""
     if isinstance(structure, Tensor):
         return [structure]
     if isinstance(structure, (list, tuple)):
-        return [leaf for item in structure for leaf in _flatten(item)]
+        return [leaf for item in structure for leaf in flatten(item)]
     if isinstance(structure, dict):
-        return [leaf for key in sorted(structure) for leaf in _flatten(structure[key])]
+        return [leaf for key in sorted(structure) for leaf in flatten(structure[key])]
     return [structure]
 
 
@@ -135,7 +144,6 @@ def pack_like(structure, flat):
     return _pack_like(structure, iter(flat))
 
 
-flatten = _flatten
 
 
 def parse_unconnected(value):
@@ -201,7 +209,7 @@ class GradientTape:
     # -- watching ----------------------------------------------------------------
     def watch(self, tensor):
         """Track a Tensor, a Variable or a nest of them."""
-        for x in _flatten(tensor):
+        for x in flatten(tensor):
             if not isinstance(x, Tensor):
                 raise ValueError(
                     f"Passed in object {x} of type '{type(x).__name__}', not ad.Tensor or ad.Variable.")
@@ -296,7 +304,7 @@ class GradientTape:
         if target is None:
             raise TypeError("Argument `target` should be a list or nested structure of Tensors, Variables or "
                             "CompositeTensors to be differentiated, but received None.")
-        targets = [_as_target(t) for t in _flatten(target)]
+        targets = [_as_target(t) for t in flatten(target)]
         flat_sources = check_sources(sources)
         seeds = _seed_gradients(targets, output_gradients)
         try:
@@ -399,7 +407,7 @@ class GradientTape:
 
 def check_sources(sources):
     """The flat sources, each a Tensor or Variable (TypeError otherwise; integer ones only logged)."""
-    flat_sources = _flatten(sources)
+    flat_sources = flatten(sources)
     for s in flat_sources:
         if not isinstance(s, Tensor):
             raise TypeError(f"Argument `sources` should be a Tensor, a Variable or a nested structure of them, but "
@@ -424,7 +432,7 @@ def _seed_gradients(targets, output_gradients):
     """One cotangent per target: ones, or the caller's values broadcast to the target's shape."""
     if output_gradients is None:
         return [_ones_like(t) for t in targets]
-    given = _flatten(output_gradients) if isinstance(output_gradients, (list, tuple, dict)) else [output_gradients]
+    given = flatten(output_gradients) if isinstance(output_gradients, (list, tuple, dict)) else [output_gradients]
     if len(targets) == 1 and len(given) != 1 and isinstance(output_gradients, (list, tuple)):
         given = [output_gradients]   # one target, its cotangent written as a nested list of numbers
     if len(given) != len(targets):

@@ -13,7 +13,7 @@ Tensor's ``__array_ufunc__`` / ``__array_function__`` look them up here.
 
 import numpy as np
 
-from ..tape import _thread, record
+from ..tape import _thread, needs_gradient, record
 from ..tensor import Tensor
 
 _PYTHON_SCALARS = (float, int, bool, complex)
@@ -106,17 +106,11 @@ def _qualified_name(func):
 def _raise_if_differentiating(name, args):
     """An op without a rule may run only where no tape would need its gradient."""
     tapes = _thread.tapes
-    if not tapes:
-        return
-    tensors = [a for a in _flatten_args(args) if isinstance(a, Tensor) and a.dtype.kind in "fc"]
-    for tape in tapes:
-        for t in tensors:
-            if id(t) in tape._tracked or (tape._watch_accessed_variables and getattr(t, "trainable", False)) \
-                    or id(t) in tape._watched_variables:
-                raise NotImplementedError(
-                    f"srcad has no gradient rule for {name}, and a recording tape needs one here. Compute it on "
-                    f"values outside the tape (x.numpy()), wrap it with ad.stop_gradient, or give it a gradient "
-                    f"with ad.custom_gradient.")
+    if tapes and any(needs_gradient(a, tapes) for a in _flatten_args(args)):
+        raise NotImplementedError(
+            f"srcad has no gradient rule for {name}, and a recording tape needs one here. Compute it on "
+            f"values outside the tape (x.numpy()), wrap it with ad.stop_gradient, or give it a gradient "
+            f"with ad.custom_gradient.")
 
 
 def _flatten_args(args):

@@ -231,7 +231,7 @@ matmul = primitive(np.matmul, _matmul_vjp_x, _matmul_vjp_y)
 def _einsum_vjp(i):
     """The cotangent of operand ``i`` of an einsum: another einsum with ``g`` in its place."""
     def rule(g, ans, *operands, subscripts):
-        ins, out = _parse_einsum(subscripts, [np.ndim(value(o)) for o in operands])
+        ins, out = _parse_einsum(subscripts)
         b = batch_ndim(g, ans)
         batch = "".join([c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in subscripts][:b])
         if len(set(ins[i])) != len(ins[i]):
@@ -249,7 +249,7 @@ def _einsum_vjp(i):
     return rule
 
 
-def _parse_einsum(subscripts, ndims):
+def _parse_einsum(subscripts):
     spec = subscripts.replace(" ", "")
     if "." in spec:
         raise NotImplementedError(f"srcad: einsum with '...' is not supported ('{subscripts}'); name every axis")
