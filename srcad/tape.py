@@ -164,13 +164,16 @@ class GradientTape:
         self._recording = False
         self._created = False   # a tape exists once the first __enter__ made one
         self._consumed = False  # a non-persistent tape after its one gradient/jacobian
-        self._clear()
+        self._nodes = []              # (as _clear, inlined: a tape is made per step)
+        self._tracked = {}
+        self._watched_variables = {}
+        self._variable_keys = {}
 
     def _clear(self):
         self._nodes = []
         self._tracked = {}            # id -> tensor, for every tensor this tape follows
         self._watched_variables = {}  # id -> Variable
-        self._reads = {}              # id(variable) -> [read tensors tracked here]
+        self._variable_keys = {}      # id(variable) -> [its id, then the ids of its reads tracked here]
 
     # -- context ---------------------------------------------------------------
     def __enter__(self):
@@ -230,7 +233,7 @@ class GradientTape:
         self._watched_variables[id(variable)] = variable
         if id(read) not in self._tracked:
             self._tracked[id(read)] = read
-            self._reads.setdefault(id(variable), []).append(read)
+            self._variable_keys.setdefault(id(variable), [id(variable)]).append(id(read))
 
     def watched_variables(self):
         """Variables this tape watches, in the order they were created."""
@@ -296,10 +299,12 @@ class GradientTape:
         if output_gradients is None and isinstance(target, Tensor) and isinstance(sources, Tensor) \
                 and sources._value.dtype.kind in _DIFFERENTIABLE_KINDS:
             try:  # the common case, without the nest handling below
-                grad = self._backprop((target,), (_ones_like(target),), (sources,))[0]
+                grad = self._backprop((target,), (_ones(target._value),), (sources,))[0]
             finally:
                 if not self._persistent:
-                    self._end_gradient()
+                    self._consumed = True
+                    self._nodes = []
+                    self._tracked = {}
             return grad if grad is not None or unconnected is UnconnectedGradients.NONE else _zeros_like(sources)
         if target is None:
             raise TypeError("Argument `target` should be a list or nested structure of Tensors, Variables or "
@@ -324,56 +329,69 @@ class GradientTape:
         Cotangents may reach an op's ``vjp`` as plain NumPy values (when no
         tape records the sweep); ops that need Tensors wrap them.
         """
-        source_keys = []
+        source_keys = []   # per source, the ids its gradient is summed from (a variable: its reads)
         reachable = set()
         for s in sources:
+            key = id(s)
             if type(s) is Variable:
-                reads = self._reads.get(id(s))
-                keys = [id(s), *map(id, reads)] if reads else [id(s)]
+                keys = self._variable_keys.get(key) or (key,)
             else:
-                keys = [id(s)] if id(s) in self._tracked else []
+                keys = (key,) if key in self._tracked else ()
             source_keys.append(keys)
             if s._value.dtype.kind in _DIFFERENTIABLE_KINDS:
                 reachable.update(keys)
-        nodes = []
+        # Forward over the tape: the nodes on a path from a source, each with its inputs' ids, which
+        # of them lead back to a source (final by then: a source, or an earlier node's output), and
+        # its outputs' ids.
+        path = []
         for node in self._nodes[:] if self._recording else self._nodes:  # a recording tape grows as we go
-            for x in node.inputs:
-                if id(x) in reachable:
-                    nodes.append(node)
-                    for out in node.outputs:
-                        if out._value.dtype.kind in _DIFFERENTIABLE_KINDS:
-                            reachable.add(id(out))
-                    break
+            inputs = node.inputs
+            if len(inputs) == 2:
+                keys = (id(inputs[0]), id(inputs[1]))
+                needed = [keys[0] in reachable, keys[1] in reachable]
+            elif len(inputs) == 1:
+                keys = (id(inputs[0]),)
+                needed = [keys[0] in reachable]
+            else:
+                keys = tuple(map(id, inputs))
+                needed = [k in reachable for k in keys]
+            if True in needed:
+                outputs = node.outputs
+                if len(outputs) == 1:
+                    out_keys = id(outputs[0])
+                    if outputs[0]._value.dtype.kind in _DIFFERENTIABLE_KINDS:
+                        reachable.add(out_keys)
+                else:
+                    out_keys = tuple(map(id, outputs))
+                    reachable.update(k for k, out in zip(out_keys, outputs)
+                                     if out._value.dtype.kind in _DIFFERENTIABLE_KINDS)
+                path.append((node, keys, needed, out_keys))
 
         raw = not _thread.tapes  # nothing records this sweep: the rules may run on plain NumPy values
         grads = {}
         get = grads.get
         for t, seed in zip(targets, seeds):
-            if raw and isinstance(seed, Tensor):
-                seed = seed._value
+            if raw:
+                if isinstance(seed, Tensor):
+                    seed = seed._value
+            elif not isinstance(seed, Tensor):
+                seed = Tensor._wrap(seed)
             key = id(t)
             prev = get(key)
             grads[key] = seed if prev is None else prev + seed
 
-        for node in reversed(nodes):
-            outputs = node.outputs
-            if len(outputs) == 1:
-                g = get(id(outputs[0]))
+        for node, keys, needed, out_keys in reversed(path):
+            if type(out_keys) is int:  # one output
+                g = get(out_keys)
                 if g is None:
                     continue
                 out_grads = (g,)
             else:
-                out_grads = [grads.get(id(out)) for out in outputs]
+                out_grads = [get(k) for k in out_keys]
                 if all(g is None for g in out_grads):
                     continue
-            inputs = node.inputs
-            if len(inputs) == 2:
-                needed = [id(inputs[0]) in reachable, id(inputs[1]) in reachable]
-            else:
-                needed = [id(x) in reachable for x in inputs]
-            for x, g in zip(inputs, node.op.vjp(node, out_grads, needed)):
+            for key, g in zip(keys, node.op.vjp(node, out_grads, needed)):
                 if g is not None:  # ops return None for inputs that are not needed
-                    key = id(x)
                     prev = get(key)
                     grads[key] = g if prev is None else prev + g
 
@@ -468,11 +486,12 @@ def fit_cotangent(g, shape, what, of_what):
     return broadcast_to(g, shape)
 
 
+def _ones(value):
+    return value.dtype.type(1) if value.ndim == 0 else np.ones(value.shape, value.dtype)
+
+
 def _ones_like(t):
-    v = t._value
-    ones = object.__new__(Tensor)
-    ones._value = v.dtype.type(1) if v.ndim == 0 else np.ones(v.shape, v.dtype)
-    return ones
+    return Tensor._wrap(_ones(t._value))
 
 
 def _zeros_like(source):

@@ -131,55 +131,8 @@ class Tensor:
     def __setitem__(self, index, value):
         raise TypeError("Tensor is immutable: build a new one (np.where, ad.concat) or use a Variable's assign")
 
-    # -- operators ---------------------------------------------------------------
-    def __add__(self, other):
-        return _ops.add(self, other)
-
-    def __radd__(self, other):
-        return _ops.add(other, self)
-
-    def __sub__(self, other):
-        return _ops.subtract(self, other)
-
-    def __rsub__(self, other):
-        return _ops.subtract(other, self)
-
-    def __mul__(self, other):
-        return _ops.multiply(self, other)
-
-    def __rmul__(self, other):
-        return _ops.multiply(other, self)
-
-    def __truediv__(self, other):
-        return _ops.divide(self, other)
-
-    def __rtruediv__(self, other):
-        return _ops.divide(other, self)
-
-    def __floordiv__(self, other):
-        return _ops.floor_divide(self, other)
-
-    def __rfloordiv__(self, other):
-        return _ops.floor_divide(other, self)
-
-    def __mod__(self, other):
-        return _ops.mod(self, other)
-
-    def __rmod__(self, other):
-        return _ops.mod(other, self)
-
-    def __pow__(self, other):
-        return _ops.power(self, other)
-
-    def __rpow__(self, other):
-        return _ops.power(other, self)
-
-    def __matmul__(self, other):
-        return _ops.matmul(self, other)
-
-    def __rmatmul__(self, other):
-        return _ops.matmul(other, self)
-
+    # -- operators (the arithmetic ones, + - * / // % ** @ and their reflections, are bound by
+    # ops/numpy_api.py, where the primitives they call exist) ------------------------------------
     def __neg__(self):
         return _ops.negative(self)
 

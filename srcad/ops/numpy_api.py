@@ -1,4 +1,4 @@
-"""Which srcad operation answers each NumPy call made on Tensors.
+"""Which srcad operation answers each NumPy call and Python operator applied to Tensors.
 
 ``UFUNCS`` answers ``Tensor.__array_ufunc__`` and ``FUNCTIONS`` answers
 ``Tensor.__array_function__``; adapters translate NumPy's signatures to the
@@ -10,7 +10,7 @@ import numpy as np
 
 from ..tensor import Tensor
 from . import rules as r
-from .registry import FUNCTIONS, UFUNCS, _run_without_gradient, value
+from .registry import FUNCTIONS, UFUNCS, _run_without_gradient, operator_method, value
 
 
 def _axis(axis):
@@ -195,3 +195,11 @@ FUNCTIONS.update({
 FUNCTIONS.update({f: _no_gradient(f) for f in (
     np.zeros_like, np.ones_like, np.empty_like, np.full_like, np.shape, np.ndim, np.size, np.argsort,
     np.nonzero, np.count_nonzero, np.allclose, np.isclose, np.array_equal, np.result_type)})
+
+
+# -- Python's arithmetic operators on Tensors ------------------------------------------------------
+
+for _name, _op in (("add", r.add), ("sub", r.subtract), ("mul", r.multiply), ("truediv", r.divide),
+                   ("floordiv", r.floor_divide), ("mod", r.mod), ("pow", r.power), ("matmul", r.matmul)):
+    setattr(Tensor, f"__{_name}__", operator_method(_op))
+    setattr(Tensor, f"__r{_name}__", lambda self, other, op=_op: op(other, self))

@@ -23,21 +23,24 @@ FUNCTIONS = {}
 
 
 class Primitive:
-    """A NumPy function with one VJP rule per input (``None``: no gradient to it)."""
+    """A NumPy function with one VJP rule per input (``None``: no gradient to it).
 
-    __slots__ = ("name", "fn", "vjps")
+    ``unbroadcast``: for elementwise functions whose inputs broadcast together,
+    the function that sums a result-shaped cotangent down to an input's shape.
+    Their rules then return cotangents at the result's shape, and ``vjp`` sums
+    only those whose shape differs (the common equal-shape case costs nothing).
+    """
 
-    def __init__(self, name, fn, vjps):
+    __slots__ = ("name", "fn", "vjps", "unbroadcast")
+
+    def __init__(self, name, fn, vjps, unbroadcast=None):
         self.name = name
         self.fn = fn
         self.vjps = vjps
+        self.unbroadcast = unbroadcast
 
     def __call__(self, *args, **attrs):
-        if len(args) == 2 and not attrs:  # the binary operators: the hot path
-            x, y = args
-            out = self.fn(x._value if isinstance(x, Tensor) else x, y._value if isinstance(y, Tensor) else y)
-        else:
-            out = self.fn(*[a._value if isinstance(a, Tensor) else a for a in args], **attrs)
+        out = self.fn(*[a._value if isinstance(a, Tensor) else a for a in args], **attrs)
         if type(out) in _PYTHON_SCALARS:  # operator-based arithmetic on two Python numbers
             out = np.asarray(out)[()]
         result = _new_object(Tensor)
@@ -65,17 +68,44 @@ class Primitive:
                 y = y._value if isinstance(y, Tensor) else y
             rx, ry = vjps[0], vjps[1]
             if attrs:
-                return [rx(g, ans, x, y, **attrs) if needed[0] and rx is not None else None,
-                        ry(g, ans, x, y, **attrs) if needed[1] and ry is not None else None]
-            return [rx(g, ans, x, y) if needed[0] and rx is not None else None,
-                    ry(g, ans, x, y) if needed[1] and ry is not None else None]
+                gx = rx(g, ans, x, y, **attrs) if needed[0] and rx is not None else None
+                gy = ry(g, ans, x, y, **attrs) if needed[1] and ry is not None else None
+            else:
+                gx = rx(g, ans, x, y) if needed[0] and rx is not None else None
+                gy = ry(g, ans, x, y) if needed[1] and ry is not None else None
+            unbroadcast = self.unbroadcast
+            if unbroadcast is not None:
+                if gx is not None and gx.shape != x.shape:
+                    gx = unbroadcast(gx, x, ans)
+                if gy is not None and gy.shape != y.shape:
+                    gy = unbroadcast(gy, y, ans)
+            return [gx, gy]
         if raw:
             inputs = [x._value if isinstance(x, Tensor) else x for x in inputs]
-        return [vjps[i](g, ans, *inputs, **attrs) if need and i < n and vjps[i] is not None else None
-                for i, need in enumerate(needed)]
+        grads = [vjps[i](g, ans, *inputs, **attrs) if need and i < n and vjps[i] is not None else None
+                 for i, need in enumerate(needed)]
+        if self.unbroadcast is not None:
+            grads = [gi if gi is None else self.unbroadcast(gi, x, ans) for gi, x in zip(grads, inputs)]
+        return grads
 
     def __repr__(self):
         return f"<srcad primitive {self.name}>"
+
+
+def operator_method(op):
+    """``Tensor.__add__`` and kin: ``op(self, other)``, with the primitive's body inlined because
+    eager arithmetic on small values is dominated by Python call overhead."""
+    fn = op.fn
+
+    def method(self, other):
+        result = _new_object(Tensor)
+        result._value = fn(self._value, other._value if isinstance(other, Tensor) else other)
+        tapes = _thread.tapes
+        if tapes:
+            record(op, (self, other), (result,), {}, tapes)
+        return result
+
+    return method if op.vjps is not None else lambda self, other: op(self, other)
 
 
 def primitive(fn, *vjps, name=None):

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from ..tensor import Tensor
-from .registry import batch_ndim, nondifferentiable, primitive, value
+from .registry import Primitive, batch_ndim, nondifferentiable, primitive, value
 
 
 # -- helpers used by the rules ------------------------------------------------------
@@ -40,6 +40,12 @@ def unbroadcast(g, x, ans):
     gshape = _shape(g)
     axes = tuple(b + i for i, n in enumerate(shape) if n == 1 and gshape[b + i] != 1)
     return sum(g, axis=axes, keepdims=True) if axes else g
+
+
+def elementwise(fn, *vjps, name=None):
+    """A primitive of inputs that broadcast together: its rules return cotangents at the result's
+    shape, and the primitive sums each one down to its input's shape with ``unbroadcast``."""
+    return Primitive(name or fn.__name__, fn, vjps, unbroadcast)
 
 
 def _axes(axis, ndim):
@@ -71,8 +77,8 @@ def _index(index):
 
 def _power_x(g, ans, x, y):
     if isinstance(y, (int, float)):  # a Python exponent stays weakly typed (float32 stays float32)
-        return unbroadcast(g * y * x ** (y - 1), x, ans) if y != 0 else unbroadcast(g * 0.0, x, ans)
-    return unbroadcast(g * y * x ** where(y != 0, y - 1, 0.0), x, ans)
+        return g * y * x ** (y - 1) if y != 0 else g * 0.0
+    return g * y * x ** where(y != 0, y - 1, 0.0)
 
 
 def _log_base(x):
@@ -92,29 +98,22 @@ def _is_float(x):
 
 # -- arithmetic ---------------------------------------------------------------------
 
-add = primitive(operator.add, lambda g, ans, x, y: unbroadcast(g, x, ans), lambda g, ans, x, y: unbroadcast(g, y, ans), name="add")
-subtract = primitive(operator.sub, lambda g, ans, x, y: unbroadcast(g, x, ans),
-                     lambda g, ans, x, y: unbroadcast(negative(g), y, ans), name="subtract")
-multiply = primitive(operator.mul, lambda g, ans, x, y: unbroadcast(g * y, x, ans),
-                     lambda g, ans, x, y: unbroadcast(g * x, y, ans), name="multiply")
-divide = primitive(operator.truediv, lambda g, ans, x, y: unbroadcast(g / y, x, ans),
-                   lambda g, ans, x, y: unbroadcast(negative(g) * ans / y, y, ans), name="divide")
-power = primitive(np.power, _power_x, lambda g, ans, x, y: unbroadcast(g * ans * _log_base(x), y, ans))
+add = elementwise(operator.add, lambda g, ans, x, y: g, lambda g, ans, x, y: g, name="add")
+subtract = elementwise(operator.sub, lambda g, ans, x, y: g, lambda g, ans, x, y: negative(g), name="subtract")
+multiply = elementwise(operator.mul, lambda g, ans, x, y: g * y, lambda g, ans, x, y: g * x, name="multiply")
+divide = elementwise(operator.truediv, lambda g, ans, x, y: g / y, lambda g, ans, x, y: negative(g) * ans / y,
+                     name="divide")
+power = elementwise(np.power, _power_x, lambda g, ans, x, y: g * ans * _log_base(x))
 negative = primitive(operator.neg, lambda g, ans, x: negative(g), name="negative")
 positive = primitive(np.positive, lambda g, ans, x: g)
 reciprocal = primitive(np.reciprocal, lambda g, ans, x: negative(g) * ans * ans)
-maximum = primitive(np.maximum, lambda g, ans, x, y: unbroadcast(where(x >= y, g, 0.0), x, ans),
-                    lambda g, ans, x, y: unbroadcast(where(x < y, g, 0.0), y, ans))
-minimum = primitive(np.minimum, lambda g, ans, x, y: unbroadcast(where(x <= y, g, 0.0), x, ans),
-                    lambda g, ans, x, y: unbroadcast(where(x > y, g, 0.0), y, ans))
-mod = primitive(np.mod, lambda g, ans, x, y: unbroadcast(g, x, ans),
-                lambda g, ans, x, y: unbroadcast(negative(g) * floor_divide(x, y), y, ans))
-arctan2 = primitive(np.arctan2, lambda g, ans, y, x: unbroadcast(g * x / (x * x + y * y), y, ans),
-                    lambda g, ans, y, x: unbroadcast(negative(g) * y / (x * x + y * y), x, ans))
-hypot = primitive(np.hypot, lambda g, ans, x, y: unbroadcast(g * x / ans, x, ans),
-                  lambda g, ans, x, y: unbroadcast(g * y / ans, y, ans))
-logaddexp = primitive(np.logaddexp, lambda g, ans, x, y: unbroadcast(g * exp(x - ans), x, ans),
-                      lambda g, ans, x, y: unbroadcast(g * exp(y - ans), y, ans))
+maximum = elementwise(np.maximum, lambda g, ans, x, y: where(x >= y, g, 0.0), lambda g, ans, x, y: where(x < y, g, 0.0))
+minimum = elementwise(np.minimum, lambda g, ans, x, y: where(x <= y, g, 0.0), lambda g, ans, x, y: where(x > y, g, 0.0))
+mod = elementwise(np.mod, lambda g, ans, x, y: g, lambda g, ans, x, y: negative(g) * floor_divide(x, y))
+arctan2 = elementwise(np.arctan2, lambda g, ans, y, x: g * x / (x * x + y * y),
+                      lambda g, ans, y, x: negative(g) * y / (x * x + y * y))
+hypot = elementwise(np.hypot, lambda g, ans, x, y: g * x / ans, lambda g, ans, x, y: g * y / ans)
+logaddexp = elementwise(np.logaddexp, lambda g, ans, x, y: g * exp(x - ans), lambda g, ans, x, y: g * exp(y - ans))
 
 # -- elementwise functions -------------------------------------------------------------
 
@@ -142,14 +141,12 @@ tanh = primitive(np.tanh, lambda g, ans, x: g * (1.0 - ans * ans))
 arcsinh = primitive(np.arcsinh, lambda g, ans, x: g / sqrt(x * x + 1.0))
 arccosh = primitive(np.arccosh, lambda g, ans, x: g / sqrt(x * x - 1.0))
 arctanh = primitive(np.arctanh, lambda g, ans, x: g / (1.0 - x * x))
-where = primitive(lambda c, x, y: np.where(c, x, y), None,
-                  lambda g, ans, c, x, y: unbroadcast(where(c, g, 0.0), x, ans),
-                  lambda g, ans, c, x, y: unbroadcast(where(c, 0.0, g), y, ans), name="where")
-clip = primitive(lambda x, lo, hi: np.clip(x, lo, hi),
-                 lambda g, ans, x, lo, hi: unbroadcast(where(logical_and(x >= lo, x <= hi), g, 0.0), x, ans),
-                 lambda g, ans, x, lo, hi: unbroadcast(where(x < lo, g, 0.0), lo, ans),
-                 lambda g, ans, x, lo, hi: unbroadcast(where(logical_and(x > hi, x >= lo), g, 0.0), hi, ans),
-                 name="clip")
+where = elementwise(lambda c, x, y: np.where(c, x, y), None,
+                    lambda g, ans, c, x, y: where(c, g, 0.0), lambda g, ans, c, x, y: where(c, 0.0, g), name="where")
+clip = elementwise(lambda x, lo, hi: np.clip(x, lo, hi),
+                   lambda g, ans, x, lo, hi: where(logical_and(x >= lo, x <= hi), g, 0.0),
+                   lambda g, ans, x, lo, hi: where(x < lo, g, 0.0),
+                   lambda g, ans, x, lo, hi: where(logical_and(x > hi, x >= lo), g, 0.0), name="clip")
 cast = primitive(lambda x, dtype: np.asarray(x).astype(dtype),
                  lambda g, ans, x, dtype: cast(g, value(x).dtype) if _is_float(ans) else None, name="cast")
 
