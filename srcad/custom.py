@@ -135,7 +135,7 @@ def _call_custom(f, bound, args, kwargs):
     if _thread.tapes:
         inputs = tuple(_as_input(x) for x in flat_args) + tuple(variables)
         op = _CustomOp(name, grad_fn, len(flat_args), variables, len(outputs))
-        record(op, inputs, outputs, {})
+        record(op, inputs, outputs)
     if not isinstance(result, (list, tuple, dict)):
         return outputs[0]
     return pack_like(result, list(outputs))

@@ -14,6 +14,7 @@ import contextlib
 import enum
 import logging
 import threading
+import types
 
 import numpy as np
 
@@ -31,6 +32,9 @@ class UnconnectedGradients(enum.Enum):
 
     NONE = "none"
     ZERO = "zero"
+
+
+_UNCONNECTED_NONE = UnconnectedGradients.NONE  # a module constant: the enum's attribute lookup is slow
 
 
 class _ThreadTapes(threading.local):
@@ -58,9 +62,10 @@ class Node(collections.namedtuple("Node", "op inputs outputs attrs")):
 
 
 _new_node = tuple.__new__  # builds a Node without a Python-level __new__: the recording hot path
+_NO_ATTRS = types.MappingProxyType({})  # the attrs of every operation recorded without any
 
 
-def record(op, inputs, outputs, attrs, tapes=None):
+def record(op, inputs, outputs, attrs=_NO_ATTRS, tapes=None):
     """Put an operation on every recording tape that tracks one of its inputs.
 
     ``inputs`` may hold Variables; they are replaced by their read tensors, and
@@ -71,24 +76,8 @@ def record(op, inputs, outputs, attrs, tapes=None):
     if tapes is None:
         tapes = _thread.tapes
     for x in inputs:
-        if type(x) is Variable:  # replace each Variable by its read, tracked by the tapes that watch it
-            watchers = _thread.watchers
-            recorded = []
-            for x in inputs:
-                if type(x) is Variable:
-                    read = x._read
-                    if read is None:
-                        read = x.read_value()
-                    for tape in tapes:
-                        if id(read) not in tape._tracked and (
-                                id(x) in tape._watched_variables or (tape._watch_accessed_variables and x.trainable)):
-                            tape._track_variable(x, read)
-                    if watchers and x.trainable:
-                        for watcher in watchers:
-                            watcher.add(x)
-                    x = read
-                recorded.append(x)
-            inputs = recorded
+        if type(x) is Variable:
+            inputs = _reads_in_place_of_variables(inputs, tapes)
             break
     node = None
     for tape in tapes:
@@ -102,6 +91,27 @@ def record(op, inputs, outputs, attrs, tapes=None):
                     tracked[id(out)] = out
                 break
     return inputs
+
+
+def _reads_in_place_of_variables(inputs, tapes):
+    """Each Variable replaced by its read, tracked by the tapes that watch (or auto-watch) it."""
+    watchers = _thread.watchers
+    recorded = []
+    for x in inputs:
+        if type(x) is Variable:
+            read = x._read
+            if read is None:
+                read = x.read_value()
+            for tape in tapes:
+                if id(read) not in tape._tracked and (
+                        id(x) in tape._watched_variables or (tape._watch_accessed_variables and x.trainable)):
+                    tape._track_variable(x, read)
+            if watchers and x.trainable:
+                for watcher in watchers:
+                    watcher.add(x)
+            x = read
+        recorded.append(x)
+    return recorded
 
 
 def needs_gradient(x, tapes):
@@ -164,10 +174,7 @@ class GradientTape:
         self._recording = False
         self._created = False   # a tape exists once the first __enter__ made one
         self._consumed = False  # a non-persistent tape after its one gradient/jacobian
-        self._nodes = []              # (as _clear, inlined: a tape is made per step)
-        self._tracked = {}
-        self._watched_variables = {}
-        self._variable_keys = {}
+        self._clear()
 
     def _clear(self):
         self._nodes = []
@@ -292,7 +299,7 @@ class GradientTape:
     def gradient(self, target, sources, output_gradients=None, unconnected_gradients=UnconnectedGradients.NONE):
         """Gradients of the sum of ``target`` with respect to each of ``sources``."""
         unconnected = unconnected_gradients
-        if unconnected is not UnconnectedGradients.NONE:
+        if unconnected is not _UNCONNECTED_NONE:
             unconnected = parse_unconnected(unconnected)
         if self._recording or not self._created or self._consumed:
             self._begin_gradient()
@@ -302,10 +309,8 @@ class GradientTape:
                 grad = self._backprop((target,), (_ones(target._value),), (sources,))[0]
             finally:
                 if not self._persistent:
-                    self._consumed = True
-                    self._nodes = []
-                    self._tracked = {}
-            return grad if grad is not None or unconnected is UnconnectedGradients.NONE else _zeros_like(sources)
+                    self._end_gradient()
+            return grad if grad is not None or unconnected is _UNCONNECTED_NONE else _zeros_like(sources)
         if target is None:
             raise TypeError("Argument `target` should be a list or nested structure of Tensors, Variables or "
                             "CompositeTensors to be differentiated, but received None.")
@@ -316,7 +321,7 @@ class GradientTape:
             grads = self._backprop(targets, seeds, flat_sources)
         finally:
             self._end_gradient()
-        result = [g if g is not None or unconnected is UnconnectedGradients.NONE else _zeros_like(s)
+        result = [g if g is not None or unconnected is _UNCONNECTED_NONE else _zeros_like(s)
                   for g, s in zip(grads, flat_sources)]
         return pack_like(sources, result)
 

@@ -13,7 +13,7 @@ Tensor's ``__array_ufunc__`` / ``__array_function__`` look them up here.
 
 import numpy as np
 
-from ..tape import _thread, needs_gradient, record
+from ..tape import _NO_ATTRS, _thread, needs_gradient, record
 from ..tensor import Tensor
 
 _PYTHON_SCALARS = (float, int, bool, complex)
@@ -102,7 +102,7 @@ def operator_method(op):
         result._value = fn(self._value, other._value if isinstance(other, Tensor) else other)
         tapes = _thread.tapes
         if tapes:
-            record(op, (self, other), (result,), {}, tapes)
+            record(op, (self, other), (result,), _NO_ATTRS, tapes)
         return result
 
     return method if op.vjps is not None else lambda self, other: op(self, other)
