@@ -404,7 +404,7 @@ class GradientTape:
         for keys in source_keys:
             total = None
             for k in keys:
-                g = grads.get(k)
+                g = get(k)
                 if g is not None:
                     total = g if total is None else total + g
             if total is not None and not isinstance(total, Tensor):
