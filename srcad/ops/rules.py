@@ -4,7 +4,10 @@ One entry per function: ``exp = primitive(np.exp, lambda g, ans, x: g * ans)``
 reads "the cotangent of x is g times the answer".  Each rule is called as
 ``rule(g, ans, *inputs, **attrs)`` and must return the cotangent of its input,
 built from the primitives in this file (so it can be differentiated again).
-``g`` may carry leading batch axes (see ``registry.batch_ndim``).
+Functions whose inputs broadcast together are made with ``elementwise``: their
+rules return the cotangent at the result's shape, and the primitive sums it down
+to each input's shape.  ``g`` may carry leading batch axes (see
+``registry.batch_ndim``).
 """
 
 import builtins
