@@ -5,12 +5,12 @@ from .custom import Operation, RegisterGradient, custom_gradient, no_gradient, s
 from .function import function, show_source
 from .nn import clip_by_norm, clip_by_value, relu, sigmoid
 from .tape import GradientTape, UnconnectedGradients
-from .tensor import Tensor, Variable, constant, convert_to_tensor
+from .tensor import GradientLostWarning, Tensor, Variable, constant, convert_to_tensor
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Tensor", "Variable", "constant", "convert_to_tensor",
+    "Tensor", "Variable", "constant", "convert_to_tensor", "GradientLostWarning",
     "GradientTape", "UnconnectedGradients",
     "stop_gradient", "custom_gradient", "RegisterGradient", "no_gradient", "Operation",
     "function", "show_source", "TransformError",

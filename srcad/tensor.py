@@ -9,10 +9,18 @@ its own, so later assignments never change gradients already recorded.
 """
 
 import itertools
+import os
+import sys
+import warnings
 
 import numpy as np
 
-__all__ = ["Tensor", "Variable", "constant", "convert_to_tensor"]
+__all__ = ["Tensor", "Variable", "constant", "convert_to_tensor", "GradientLostWarning"]
+
+
+class GradientLostWarning(UserWarning):
+    """NumPy turned a Tensor that a recording tape needs into a plain array (``np.array([t1, t2])``,
+    ``np.asarray(t)``): what is computed from that array carries no gradient back to the Tensor."""
 
 
 def _format_value(value):
@@ -79,6 +87,13 @@ class Tensor:
         return (self[i] for i in range(self.shape[0]))
 
     def __array__(self, dtype=None, copy=None):
+        tapes = _tape.recording_tapes()
+        if tapes and _tape.needs_gradient(self, tapes):
+            warnings.warn(
+                "A Tensor that a recording GradientTape tracks was converted to a NumPy array (np.array or "
+                "np.asarray of it, or a NumPy function given a list holding it): values computed from that array "
+                "get no gradient through it. Use np.stack / np.concatenate to combine Tensors, or .numpy() to "
+                "drop the gradient on purpose.", GradientLostWarning, stacklevel=_caller_outside_numpy())
         value = np.asarray(self._value)
         return value.astype(dtype) if dtype is not None else value
 
@@ -236,6 +251,17 @@ class _VariableRead(Tensor):
         self.variable = variable
 
 
+_NUMPY_DIR = os.path.dirname(np.__file__)
+
+
+def _caller_outside_numpy():
+    """The ``stacklevel`` of the first frame above ``__array__`` that is not NumPy's own code."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_code.co_filename.startswith(_NUMPY_DIR):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def _reject_non_numeric(value):
     if value is None or isinstance(value, (str, bytes)):
         raise TypeError(f"Cannot convert {value!r} of type {type(value).__name__} to a Tensor: expected a number, a NumPy array or a nested list of numbers")
@@ -254,3 +280,4 @@ def convert_to_tensor(value, dtype=None):
 
 
 from . import ops as _ops  # noqa: E402  (operators need the op table; it needs Tensor)
+from . import tape as _tape  # noqa: E402  (the tape needs Tensor)

@@ -1,6 +1,7 @@
 """Bad input gets a standard exception saying what was passed and what was expected."""
 
 import logging
+import warnings
 
 import numpy as np
 import pytest
@@ -156,3 +157,38 @@ def test_jacobian_parallel_iterations_bad(tape_xy):
     for bad in (0, -1, 1.5, "2"):
         with pytest.raises(ValueError, match=f"parallel_iterations must be a positive integer or None, got {bad!r}"):
             t.jacobian(y, x, parallel_iterations=bad)
+
+
+# -- NumPy conversions that drop a gradient ------------------------------------------------------------------
+
+@pytest.mark.parametrize("convert", [lambda y, x: np.array([y, y]), lambda y, x: np.sum([y, x]),
+                                     lambda y, x: np.asarray(y), lambda y, x: np.array([x])],
+                         ids=["array of a list", "sum of a list", "asarray", "array of a variable"])
+def test_conversion_of_a_tracked_tensor_warns_at_the_callers_line(convert):
+    x = ad.Variable(2.0)
+    with ad.GradientTape() as t:
+        y = x * x
+        with pytest.warns(ad.GradientLostWarning, match="converted to a NumPy array .* get no gradient through it") \
+                as caught:
+            z = y + convert(y, x).sum()
+    assert {w.filename for w in caught} == {__file__}
+    # the warning is the only sign: the gradient through the converted values is missing (2x, not 2x + 2x or 2x + 1)
+    assert float(t.gradient(z, x)) == 4.0
+
+
+def test_conversions_that_lose_nothing_do_not_warn():
+    x = ad.Variable(2.0)
+    c = ad.constant([1.0, 2.0])
+    y = x * x
+    with ad.GradientTape() as t:
+        z = x * x
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ad.GradientLostWarning)
+            np.array([c, c])           # not tracked
+            np.asarray(y)              # computed before the tape
+            z.numpy()                  # an explicit drop
+            np.stack([z, z])           # records
+            with t.stop_recording():
+                np.asarray(z)          # nothing records
+    np.asarray(z)                      # outside the tape
+    assert float(t.gradient(z, x)) == 4.0
