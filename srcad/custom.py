@@ -67,9 +67,9 @@ class _Inert:
     operations on variables report their reads to the watcher.  It tracks nothing and records nothing."""
 
     _tracked = {}
-    _watched_variables = {}
-    _watch_accessed_variables = False
-    _nodes = ()
+
+    def _watches(self, variable):
+        return False
 
 
 _INERT = _Inert()
@@ -180,10 +180,10 @@ def _as_input(x):
         return Tensor._wrap(np.asarray(0.0))  # not numeric (a string, a callable): never differentiated
 
 
-def _as_grad(g):
-    if g is None or isinstance(g, Tensor):
-        return g
-    return Tensor(g)
+def _output_cotangents(node, out_grads):
+    """One Tensor cotangent per output for a user's gradient function: zeros where none flows back."""
+    return [Tensor._wrap(np.zeros_like(out._value)) if g is None else g if isinstance(g, Tensor) else Tensor(g)
+            for g, out in zip(out_grads, node.outputs)]
 
 
 class _CustomOp:
@@ -200,8 +200,7 @@ class _CustomOp:
         self.vjp = map_vjp_over_batch(self._vjp)
 
     def _vjp(self, node, out_grads, needed):
-        dys = [Tensor._wrap(np.zeros_like(out._value)) if g is None else _as_grad(g)
-               for g, out in zip(out_grads, node.outputs)]
+        dys = _output_cotangents(node, out_grads)
         if self.variables:
             returned = self.grad_fn(*dys, variables=list(self.variables))
             if not isinstance(returned, (tuple, list)) or len(returned) != 2:
@@ -334,8 +333,7 @@ class Operation:
         n = len(node.inputs)
         if fn is None:
             return [None] * n
-        dys = [Tensor._wrap(np.zeros_like(out._value)) if g is None else _as_grad(g)
-               for g, out in zip(out_grads, node.outputs)]
+        dys = _output_cotangents(node, out_grads)
         skip = tuple(i for i, need in enumerate(needed) if not need)
         op = _MockOp(self.op_type, list(node.inputs), list(node.outputs), dict(node.attrs), skip)
         grads = fn(op, *dys)

@@ -13,6 +13,7 @@ import inspect
 
 import numpy as np
 
+from .jacobians import batch_shape
 from .tape import needs_gradient, record, recording_tapes
 from .tensor import Tensor
 
@@ -137,17 +138,12 @@ class CompiledSegment:
                 f"NumPy operations for nested tapes.")
         outputs = node.outputs
         given = [None if g is None else np.asarray(g._value if isinstance(g, Tensor) else g) for g in out_grads]
-        batch, lead = 0, ()
-        for g, out in zip(given, outputs):
-            if g is not None:
-                batch = g.ndim - out.ndim
-                lead = g.shape[:batch]
-                break
+        lead = batch_shape(given, outputs)
         cotangents = [np.zeros(lead + out.shape, out.dtype) if g is None else g for g, out in zip(given, outputs)]
-        if batch == 0:
+        if not lead:
             grads = self._adjoint(node, cotangents)
         else:
-            grads = self._adjoint_batched(node, cotangents, batch)
+            grads = self._adjoint_batched(node, cotangents, lead)
         return [Tensor._wrap(g) if g is not None and need else None for g, need in zip(grads, needed)]
 
     def _adjoint(self, node, cotangents):
@@ -157,20 +153,17 @@ class CompiledSegment:
         active_grads = iter(self.transformed.adjoint(*values, saved, d_out))
         return [_match(next(active_grads), v) if a else None for a, v in zip(self.active, values)]
 
-    def _adjoint_batched(self, node, cotangents, batch):
-        """Jacobians send a batch of cotangents: run the adjoint once per row."""
-        lead = cotangents[0].shape[:batch]
+    def _adjoint_batched(self, node, cotangents, lead):
+        """Jacobians send a batch of cotangents (leading axes ``lead``): run the adjoint once per row."""
         rows = [self._adjoint(node, [c[index] for c in cotangents]) for index in np.ndindex(*lead)]
         return [None if rows[0][i] is None else np.stack([r[i] for r in rows]).reshape(lead + np.shape(rows[0][i]))
                 for i in range(len(self.active))]
 
 
 def _needs_higher_order(node, out_grads):
+    """Would a recording tape differentiate this VJP (an input or a cotangent it tracks)?"""
     tapes = recording_tapes()
-    if not tapes:
-        return False
-    watched = [x for x in (*node.inputs, *out_grads) if isinstance(x, Tensor)]
-    return any(id(x) in tape._tracked for tape in tapes for x in watched)
+    return bool(tapes) and any(needs_gradient(x, tapes) for x in (*node.inputs, *out_grads))
 
 
 def _argument_value(a):

@@ -188,19 +188,24 @@ def map_vjp_over_batch(vjp):
     """
     def batched_vjp(node, out_grads, needed):
         out_grads = [g if g is None or isinstance(g, Tensor) else Tensor._wrap(g) for g in out_grads]
-        b = 0
-        for g, out in zip(out_grads, node.outputs):
-            if g is not None:
-                b = np.ndim(g._value if isinstance(g, Tensor) else g) - out.ndim
-                lead = np.shape(g._value if isinstance(g, Tensor) else g)[:b]
-                break
-        if b <= 0:
+        lead = batch_shape(out_grads, node.outputs)
+        if not lead:
             return vjp(node, out_grads, needed)
-        return _map_rows(vjp, node, out_grads, needed, b, lead)
+        return _map_rows(vjp, node, out_grads, needed, lead)
     return batched_vjp
 
 
-def _map_rows(vjp, node, out_grads, needed, b, lead):
+def batch_shape(out_grads, outputs):
+    """The leading batch axes that the cotangents carry beyond their outputs' shapes (``()`` for none),
+    read from the first cotangent given."""
+    for g, out in zip(out_grads, outputs):
+        if g is not None:
+            shape = np.shape(g._value if isinstance(g, Tensor) else g)
+            return shape[:max(len(shape) - out.ndim, 0)]
+    return ()
+
+
+def _map_rows(vjp, node, out_grads, needed, lead):
     from .ops import reshape, stack
 
     count = int(np.prod(lead, dtype=np.int64))

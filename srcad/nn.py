@@ -23,10 +23,6 @@ __all__ = [
 ]
 
 
-def _as_tensor(x):
-    return x if isinstance(x, Tensor) else convert_to_tensor(x)
-
-
 # -- activations ------------------------------------------------------------------------
 
 
@@ -47,17 +43,17 @@ _relu = primitive(lambda x: np.maximum(x, 0), lambda g, ans, x: g * (ans > 0), n
 
 def sigmoid(x):
     """The logistic function ``1 / (1 + exp(-x))``, stable for any ``x``; its gradient is ``s * (1 - s)``."""
-    return _sigmoid(_as_tensor(x))
+    return _sigmoid(convert_to_tensor(x))
 
 
 def relu(x):
     """``max(x, 0)``; the gradient at 0 is 0, as in TensorFlow."""
-    return _relu(_as_tensor(x))
+    return _relu(convert_to_tensor(x))
 
 
 def elu(x, alpha=1.0):
     """``x`` where ``x > 0``, else ``alpha * (exp(x) - 1)``."""
-    x = _as_tensor(x)
+    x = convert_to_tensor(x)
     negative_part = np.expm1(np.minimum(x, 0.0))  # never exp of a large positive number
     if alpha != 1.0:
         negative_part = negative_part * alpha
@@ -66,15 +62,15 @@ def elu(x, alpha=1.0):
 
 def softplus(x):
     """``log(1 + exp(x))``, computed as ``logaddexp(0, x)`` (no overflow); its gradient is ``sigmoid(x)``."""
-    return np.logaddexp(0.0, _as_tensor(x))
+    return np.logaddexp(0.0, convert_to_tensor(x))
 
 
 def tanh(x):
-    return np.tanh(_as_tensor(x))
+    return np.tanh(convert_to_tensor(x))
 
 
 def linear(x):
-    return _as_tensor(x)
+    return convert_to_tensor(x)
 
 
 _ACTIVATIONS = {"relu": relu, "elu": elu, "sigmoid": sigmoid, "softplus": softplus, "tanh": tanh,
@@ -102,7 +98,7 @@ def clip_by_norm(t, clip_norm, axes=None):
     As ``tf.clip_by_norm``: ``t * clip_norm / max(norm(t), clip_norm)``, with a
     zero tensor left unchanged (and a finite gradient there).
     """
-    t = _as_tensor(t)
+    t = convert_to_tensor(t)
     if t.dtype.kind not in "fc":
         raise TypeError(f"clip_by_norm needs a floating tensor, got dtype {t.dtype}")
     if np.ndim(clip_norm) != 0:
@@ -123,7 +119,7 @@ def clip_by_value(t, clip_value_min, clip_value_max):
     result keeps ``t``'s shape).  Gradients flow to ``t`` where it lies inside the
     bounds (inclusive) and to a bound where it is the one taken.
     """
-    t = _as_tensor(t)
+    t = convert_to_tensor(t)
     for name, bound in (("clip_value_min", clip_value_min), ("clip_value_max", clip_value_max)):
         shape = np.shape(bound.numpy() if isinstance(bound, Tensor) else bound)
         try:
@@ -197,7 +193,7 @@ class Layer:
         self.built = True
 
     def __call__(self, inputs, *args, **kwargs):
-        inputs = _as_tensor(inputs)
+        inputs = convert_to_tensor(inputs)
         if not self.built:
             if self.dtype is None:
                 self.dtype = inputs.dtype if inputs.dtype.kind == "f" else np.dtype(np.float64)

@@ -103,8 +103,7 @@ def _reads_in_place_of_variables(inputs, tapes):
             if read is None:
                 read = x.read_value()
             for tape in tapes:
-                if id(read) not in tape._tracked and (
-                        id(x) in tape._watched_variables or (tape._watch_accessed_variables and x.trainable)):
+                if id(read) not in tape._tracked and tape._watches(x):
                     tape._track_variable(x, read)
             if watchers and x.trainable:
                 for watcher in watchers:
@@ -119,7 +118,7 @@ def needs_gradient(x, tapes):
     if not isinstance(x, Tensor) or x._value.dtype.kind not in _DIFFERENTIABLE_KINDS:
         return False
     if type(x) is Variable:
-        return any(id(x) in t._watched_variables or (t._watch_accessed_variables and x.trainable) for t in tapes)
+        return any(t._watches(x) for t in tapes)
     return any(id(x) in t._tracked for t in tapes)
 
 
@@ -152,8 +151,6 @@ def pack_like(structure, flat):
     if isinstance(structure, Tensor):
         return flat[0]
     return _pack_like(structure, iter(flat))
-
-
 
 
 def parse_unconnected(value):
@@ -236,6 +233,10 @@ class GradientTape:
             else:
                 self._tracked[id(x)] = x
 
+    def _watches(self, variable):
+        """Does this tape follow ``variable``: watched, or auto-watched when read because it is trainable?"""
+        return id(variable) in self._watched_variables or (self._watch_accessed_variables and variable.trainable)
+
     def _track_variable(self, variable, read):
         self._watched_variables[id(variable)] = variable
         if id(read) not in self._tracked:
@@ -308,8 +309,7 @@ class GradientTape:
             try:  # the common case, without the nest handling below
                 grad = self._backprop((target,), (_ones(target._value),), (sources,))[0]
             finally:
-                if not self._persistent:
-                    self._end_gradient()
+                self._end_gradient()
             return grad if grad is not None or unconnected is _UNCONNECTED_NONE else _zeros_like(sources)
         if target is None:
             raise TypeError("Argument `target` should be a list or nested structure of Tensors, Variables or "

@@ -9,6 +9,10 @@ rules' own VJPs are checked too.  ``check_batch_vjp`` checks that one backward
 sweep with a batch of cotangents (what ``jacobian`` does) equals the stacked
 single VJPs, at first and second order.
 
+Also shared by the tests: ``nested_derivatives`` (derivatives up to some order
+by nested tapes), ``record`` (one function recorded on a tape, for tests of the
+backward pass) and ``fd_jacobian`` (central differences of a NumPy function).
+
 ``fn`` takes Tensors (one per entry of ``args``, float64 NumPy arrays) and
 returns a Tensor or a tuple of Tensors.
 """
@@ -92,7 +96,48 @@ def check_batch_vjp(fn, *args, batch=3, order=2, seed=0):
             continue
         assert g.shape == (batch,) + x.shape, f"batched VJP shape {g.shape} != {(batch,) + x.shape}"
         expected = np.stack([np.zeros(x.shape) if s is None else s.numpy() for s in singles])
-        np.testing.assert_allclose(g.numpy(), expected, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(g.numpy(), expected, rtol=1e-9, atol=1e-12,
+                                   err_msg=f"batched VJP of input {i} != the stacked single VJPs")
     if order > 1:
         us = [ad.constant(_random_like(rng, o.shape)) for o in outs]
         check_batch_vjp(lambda *zs: tuple(_vjp(fn, zs, us)), *args, batch=batch, order=order - 1, seed=seed + 1)
+
+
+# -- helpers shared by the tests ------------------------------------------------------------------------------
+
+def nested_derivatives(fn, x, order=2, **gradient_kwargs):
+    """``[y, dy/dx, d(dy/dx)/dx, ...]`` up to ``order``: ``y = fn(x)`` under ``order`` nested tapes that watch
+    ``x`` (converted to a Tensor if it is not one), each derivative taken by the next tape out while the outer
+    ones record it.  ``gradient_kwargs`` go to every ``tape.gradient`` call."""
+    x = x if isinstance(x, Tensor) else ad.constant(x)
+
+    def record_level(k):
+        if k == 0:
+            return [fn(x)]
+        with ad.GradientTape() as tape:
+            tape.watch(x)
+            results = record_level(k - 1)
+        return results + [tape.gradient(results[-1], x, **gradient_kwargs)]
+
+    return record_level(order)
+
+
+def record(f, value=1.0):
+    """``y = f(x)`` recorded on a fresh tape, ``x = ad.Variable(value)``: returns ``(tape, x, y)``, so that a test
+    can expect an error from ``tape.gradient(y, x)`` (the backward pass), not from the recording."""
+    x = ad.Variable(value)
+    with ad.GradientTape() as tape:
+        y = f(x)
+    return tape, x, y
+
+
+def fd_jacobian(f, x, eps=1e-6):
+    """Central finite differences of the NumPy function ``f`` at ``x``: shape ``f(x).shape + x.shape``."""
+    x = np.asarray(x, dtype=float)
+    y0 = np.asarray(f(x))
+    jac = np.zeros(y0.shape + x.shape)
+    for i in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[i] = eps
+        jac[(Ellipsis,) + i] = (np.asarray(f(x + e)) - np.asarray(f(x - e))) / (2 * eps)
+    return jac

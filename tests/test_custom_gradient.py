@@ -6,14 +6,11 @@ import numpy as np
 import pytest
 
 import srcad as ad
+from check_grads import fd_jacobian, nested_derivatives, record
 
 
 def val(t):
     return None if t is None else np.asarray(t.numpy())
-
-
-def fd(f, x, eps=1e-6):
-    return (f(x + eps) - f(x - eps)) / (2 * eps)
 
 
 @ad.custom_gradient
@@ -37,19 +34,12 @@ def test_log1pexp_guide_example_is_stable():
 
 def test_first_and_second_order_through_grad_fn():
     for xv in (-1.3, 0.2, 2.0):
-        x = ad.constant(xv)
-        with ad.GradientTape() as t2:
-            t2.watch(x)
-            with ad.GradientTape() as t1:
-                t1.watch(x)
-                y = log1pexp(x)
-            d1 = t1.gradient(y, x)
-        d2 = t2.gradient(d1, x)
+        y, d1, d2 = nested_derivatives(log1pexp, xv, order=2)
         sig = 1 / (1 + np.exp(-xv))
         assert val(y) == pytest.approx(np.log1p(np.exp(xv)))
         assert val(d1) == pytest.approx(sig)
         assert val(d2) == pytest.approx(sig * (1 - sig))
-        assert val(d2) == pytest.approx(fd(lambda v: 1 / (1 + np.exp(-v)), xv), rel=1e-6)
+        assert val(d2) == pytest.approx(float(fd_jacobian(lambda v: 1 / (1 + np.exp(-v)), xv)), rel=1e-6)
 
 
 def test_outputs_are_new_tensors_even_when_returning_input_or_constant():
@@ -112,9 +102,7 @@ def test_wrong_gradient_count_raises():
     def f(x):
         return x * 1.0, lambda dy: []
 
-    x = ad.Variable(1.0)
-    with ad.GradientTape() as t:
-        y = f(x)
+    t, x, y = record(f)
     with pytest.raises(ValueError, match="custom_gradient function expected to return 1 gradients, but returned 0 "
                                          "instead."):
         t.gradient(y, x)
@@ -127,9 +115,7 @@ def test_exceptions_in_grad_fn_propagate():
             raise ZeroDivisionError("inside grad_fn")
         return x * 1.0, grad
 
-    x = ad.Variable(1.0)
-    with ad.GradientTape() as t:
-        y = f(x)
+    t, x, y = record(f)
     with pytest.raises(ZeroDivisionError, match="inside grad_fn"):
         t.gradient(y, x)
 
@@ -254,9 +240,7 @@ def test_wrong_number_of_variable_gradients():
     def f(x):
         return x * w * v, lambda dy, variables: (dy, [dy])
 
-    x = ad.Variable(1.0)
-    with ad.GradientTape() as t:
-        y = f(x)
+    t, x, y = record(f)
     with pytest.raises(ValueError, match="Must return gradient for each variable from @custom_gradient grad_fn."):
         t.gradient(y, x)
 
@@ -308,15 +292,9 @@ def test_second_order_override_with_nested_custom_gradient():
             return dy * 3.0 * x * x, second
         return x ** 3, lambda dy: first(x, dy)
 
-    x = ad.constant(2.0)
-    with ad.GradientTape() as t2:
-        t2.watch(x)
-        with ad.GradientTape() as t1:
-            t1.watch(x)
-            y = f(x)
-        d1 = t1.gradient(y, x)
+    _, d1, d2 = nested_derivatives(f, 2.0, order=2)
     assert val(d1) == 12.0
-    assert val(t2.gradient(d1, x)) == 42.0
+    assert val(d2) == 42.0
 
 
 def test_third_order_through_custom_gradient():
@@ -324,17 +302,7 @@ def test_third_order_through_custom_gradient():
     def cube(x):
         return x * x * x, lambda dy: dy * 3.0 * x * x
 
-    x = ad.constant(1.5)
-    with ad.GradientTape() as t3:
-        t3.watch(x)
-        with ad.GradientTape() as t2:
-            t2.watch(x)
-            with ad.GradientTape() as t1:
-                t1.watch(x)
-                y = cube(x)
-            d1 = t1.gradient(y, x)
-        d2 = t2.gradient(d1, x)
-    d3 = t3.gradient(d2, x)
+    _, d1, d2, d3 = nested_derivatives(cube, 1.5, order=3)
     assert (val(d1), val(d2), val(d3)) == pytest.approx((6.75, 9.0, 6.0))
 
 
@@ -368,14 +336,7 @@ def test_register_gradient_and_operation():
 
     assert _cube_grad.__name__ == "_cube_grad"        # returned unchanged
     cube = ad.Operation(name, lambda x, scale: scale * x ** 3)
-    x = ad.constant(2.0)
-    with ad.GradientTape() as t2:
-        t2.watch(x)
-        with ad.GradientTape() as t1:
-            t1.watch(x)
-            y = cube(x, scale=0.5)
-        d1 = t1.gradient(y, x)
-    d2 = t2.gradient(d1, x)
+    y, d1, d2 = nested_derivatives(lambda x: cube(x, scale=0.5), 2.0, order=2)
     assert val(y) == 4.0 and val(d1) == 6.0 and val(d2) == 6.0   # 1.5 x^2, then 3 x
     op = seen["op"]
     assert op.type == name and op.attrs == {"scale": 0.5} and op.skip_input_indices == ()
@@ -419,9 +380,7 @@ def test_no_gradient_gives_none():
 def test_unregistered_operation_raises_lookup_error_at_backprop():
     name = fresh("Unregistered")
     op = ad.Operation(name, lambda x: x * 2.0)
-    x = ad.Variable(1.0)
-    with ad.GradientTape() as t:
-        y = op(x)          # recording works: the lookup happens at backprop time
+    t, x, y = record(op)   # recording works: the lookup happens at backprop time
     with pytest.raises(LookupError, match=f"No gradient defined for operation '{name}'"):
         t.gradient(y, x)
 
@@ -444,9 +403,7 @@ def test_registered_gradient_wrong_count():
     name = fresh("WrongCount")
     ad.RegisterGradient(name)(lambda op, dy: [dy, dy])
     op = ad.Operation(name, lambda x: x + 1.0)
-    x = ad.Variable(1.0)
-    with ad.GradientTape() as t:
-        y = op(x)
+    t, x, y = record(op)
     with pytest.raises(ValueError, match="returned 2 gradients for an op with 1 inputs"):
         t.gradient(y, x)
 

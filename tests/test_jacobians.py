@@ -4,19 +4,8 @@ import numpy as np
 import pytest
 
 import srcad as ad
+from check_grads import fd_jacobian
 from srcad import jacobians
-
-
-def fd_jacobian(f, x, eps=1e-6):
-    """Central finite differences: result shape f(x).shape + x.shape."""
-    x = np.asarray(x, dtype=float)
-    y0 = np.asarray(f(x))
-    jac = np.zeros(y0.shape + x.shape)
-    for i in np.ndindex(x.shape):
-        e = np.zeros_like(x)
-        e[i] = eps
-        jac[(Ellipsis,) + i] = (np.asarray(f(x + e)) - np.asarray(f(x - e))) / (2 * eps)
-    return jac
 
 
 def val(t):

@@ -47,6 +47,7 @@ def test_two_threads_with_their_own_tapes():
         th.start()
     for th in threads:
         th.join(120)
+    assert not any(th.is_alive() for th in threads), "a worker thread did not finish within 120 s"
     assert not errors, errors
     assert ad.tape.recording_tapes() == []
 

@@ -26,6 +26,8 @@ the body.  Lines are ``(depth, text, origin)`` as the adjoint writer takes them.
 import ast
 import re
 
+from .normalize import assigned_names
+
 _ACCUMULATION = re.compile(r"^(d_\w+)\[(.+)\] \+= (.+)$")
 _FOR = re.compile(r"^for (\w+) in ")
 
@@ -40,10 +42,11 @@ def hoist_invariant_accumulations(lines, fresh, rank_of):
     i = 0
     while i < len(lines):
         depth, text, origin = lines[i]
-        end = _block_end(lines, i)
-        if _FOR.match(text) and end > i + 1:
+        loop = _FOR.match(text)
+        end = _block_end(lines, i) if loop else i + 1
+        if end > i + 1:
             body = hoist_invariant_accumulations(lines[i + 1:end], fresh, rank_of)
-            before, body, after = _hoist(depth, _FOR.match(text).group(1), body, fresh, rank_of)
+            before, body, after = _hoist(depth, loop.group(1), body, fresh, rank_of)
             out += before + [(depth, text, origin)] + body + after
             i = end
             continue
@@ -110,4 +113,4 @@ def _stored_names(text):
         tree = ast.parse(source)
     except SyntaxError:
         return None
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return assigned_names(tree.body)

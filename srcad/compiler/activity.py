@@ -40,8 +40,8 @@ def _unify(ts):
     floats = [t for t in ts if isinstance(t, nt.Float)]
     if floats:
         return max(floats, key=lambda d: d.bitwidth)
-    if any(isinstance(t, nt.Integer) for t in ts):
-        ints = [t for t in ts if isinstance(t, nt.Integer)]
+    ints = [t for t in ts if isinstance(t, nt.Integer)]
+    if ints:
         return max(ints, key=lambda d: d.bitwidth)
     return ts[0]
 
@@ -144,16 +144,15 @@ class Analysis:
                         self.active.add(s.array)
                         changed = True
 
-    def check(self, infos):
+    def check(self):
         """Refuse writes into active inputs and aliasing we cannot differentiate."""
-        top = infos[0]
         params = set(self.program.params)
         groups = self.alias_groups()
         stored = {s.array: s for s in walk(self.program.body) if isinstance(s, Store)}
         for arr, s in stored.items():
             if arr in self.active_params:
                 raise TransformError(
-                    f"{top.name} ({s.origin.file}, line {s.origin.line}): `{s.origin.text}` writes into its "
+                    f"{self.program.name} ({s.origin.file}, line {s.origin.line}): `{s.origin.text}` writes into its "
                     f"input `{arr}` which needs a gradient; copy it first: {arr} = {arr}.copy()")
             group = groups.get(arr, {arr})
             if len(group) > 1 and any(n in self.active or n in params for n in group):
@@ -188,7 +187,7 @@ class Analysis:
             return n
 
         sources = {}
-        moved = getattr(self.program, "moved", set())
+        moved = self.program.moved
         for s in walk(self.program.body):
             if isinstance(s, Assign) and isinstance(self.types.get(s.target), nt.Array):
                 v = s.value

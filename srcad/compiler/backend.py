@@ -56,13 +56,17 @@ def cache_key(primal_source, arg_types, active):
     return h.hexdigest()[:20]
 
 
+def _write_atomic(path, text):
+    """Write via a per-process temporary file, so concurrent processes never read half a file."""
+    tmp = Path(path).with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def write_module(path, source):
     path = Path(path)
-    if path.exists() and path.read_text() == source:
-        return path
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(source)
-    os.replace(tmp, path)
+    if not (path.exists() and path.read_text() == source):
+        _write_atomic(path, source)
     return path
 
 
@@ -202,9 +206,7 @@ def user_error(exc, path, origins, func_name):
 
 
 def save_meta(path, meta):
-    tmp = Path(path).with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(meta))
-    os.replace(tmp, path)
+    _write_atomic(path, json.dumps(meta))
 
 
 def load_meta(path):

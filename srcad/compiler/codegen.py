@@ -48,6 +48,12 @@ def range_args(start, stop, step):
     return f"{s0}, {s1}, {s2}"
 
 
+def loop_header(s):
+    if isinstance(s, For):
+        return f"for {s.var} in range({range_args(s.start, s.stop, s.step)}):"
+    return f"while {s.cond}:"
+
+
 def subscript(array, index):
     return src(ast.Subscript(value=ast.Name(id=array, ctx=ast.Load()), slice=index, ctx=ast.Load()))
 
@@ -90,14 +96,8 @@ def emit_stmt(w, s, indent, hooks):
             w.reset()
             emit_block(w, s.orelse, indent + 1, hooks)
         w.reset()
-    elif isinstance(s, For):
-        w.line(indent, f"for {s.var} in range({range_args(s.start, s.stop, s.step)}):", s.origin)
-        w.reset()
-        hooks.loop_top(s, indent + 1, w)
-        emit_block(w, s.body, indent + 1, hooks)
-        w.reset()
-    elif isinstance(s, While):
-        w.line(indent, f"while {s.cond}:", s.origin)
+    elif isinstance(s, (For, While)):
+        w.line(indent, loop_header(s), s.origin)
         w.reset()
         hooks.loop_top(s, indent + 1, w)
         emit_block(w, s.body, indent + 1, hooks)
@@ -115,11 +115,14 @@ from srcad.compiler.runtime import grow, push, sum_into, trip_count
 """
 
 
+def tuple_src(items):
+    """A tuple display of `items` (a one-element tuple keeps its comma)."""
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
 def outputs_src(program):
     items = [src(a) for a in program.outputs]
-    if program.returns_tuple:
-        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
-    return items[0]
+    return tuple_src(items) if program.returns_tuple else items[0]
 
 
 def primal_source(program, fname):

@@ -25,7 +25,6 @@ class FuncInfo:
     name: str
     filename: str
     first_line: int
-    source: str
     lines: list
     tree: ast.FunctionDef
     namespace: dict = field(default_factory=dict)
@@ -44,10 +43,8 @@ class FuncInfo:
 
 
 def unwrap(obj):
-    """The plain Python function behind an ad.function (or functools) wrapper."""
-    seen = 0
-    while seen < 10:
-        seen += 1
+    """The plain Python function behind an ad.function or Numba dispatcher."""
+    for _ in range(10):
         if hasattr(obj, "python_function"):
             obj = obj.python_function
         elif hasattr(obj, "py_func"):
@@ -81,8 +78,7 @@ def load(pyfunc):
                 namespace[name] = cell.cell_contents
             except ValueError:
                 pass
-    info = FuncInfo(pyfunc, pyfunc.__name__, filename, first, source,
-                    source.splitlines(), tree, namespace)
+    info = FuncInfo(pyfunc, pyfunc.__name__, filename, first, source.splitlines(), tree, namespace)
     fence(info)
     return info
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .frontend import all_names, canonical_callable, is_stop_gradient, load, resolve, unwrap
+from .rules import ELEMENTWISE
 
 
 @dataclass
@@ -83,6 +84,8 @@ class Program:
     returns_tuple: bool
     infos: list
     param_copies: dict = field(default_factory=dict)   # param -> local it is copied into
+    names: "Names" = None                                # fresh-name source the later passes share
+    moved: set = field(default_factory=set)             # helper results bound by move, not alias
 
 
 class Names:
@@ -142,7 +145,6 @@ _TREE_OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow, ast.Mod)
 
 def is_tree(e):
     """An elementwise arithmetic expression over atoms, kept whole (as the user wrote it)."""
-    from .rules import ELEMENTWISE
     if isinstance(e, ast.BinOp):
         return isinstance(e.op, _TREE_OPS) and all(is_atom(c) or is_tree(c) for c in (e.left, e.right))
     if isinstance(e, ast.UnaryOp):
@@ -172,13 +174,18 @@ def is_shape(e):
         and isinstance(e.value.value, ast.Name)
 
 
-def _assigned_names(stmts):
+def assigned_names(stmts):
     out = set()
     for s in stmts:
         for node in ast.walk(s):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                 out.add(node.id)
     return out
+
+
+def _any_flag(flags):
+    """`f` or `f1 or f2 ...`: true once any of the jump flags is set."""
+    return name(flags[0]) if len(flags) == 1 else ast.BoolOp(op=ast.Or(), values=[name(f) for f in flags])
 
 
 def _contains(stmts, kinds, into_loops):
@@ -315,8 +322,7 @@ class Lowerer:
         return flags
 
     def guard(self, flags):
-        test = name(flags[0]) if len(flags) == 1 else ast.BoolOp(op=ast.Or(), values=[name(f) for f in flags])
-        return self.temp(ast.UnaryOp(op=ast.Not(), operand=test), "go").id
+        return self.temp(ast.UnaryOp(op=ast.Not(), operand=_any_flag(flags)), "go").id
 
     def stmt(self, s):
         method = getattr(self, "stmt_" + type(s).__name__, None)
@@ -422,18 +428,21 @@ class Lowerer:
         else:
             raise self.err(s, "this augmented assignment target", "assign to a name or an array element")
 
+    def condition(self, node):
+        """The name an `If` tests: IR conditions are plain names."""
+        cond = self.atom(node)
+        return cond.id if isinstance(cond, ast.Name) else self.temp(cond, "cond").id
+
     def stmt_If(self, s):
-        cond = self.atom(s.test)
-        if not isinstance(cond, ast.Name):
-            cond = self.temp(cond, "cond")
+        cond = self.condition(s.test)
         origin = self.origin
         body = self.sub_block(s.body)
         orelse = self.sub_block(s.orelse)
-        self.emit(If(cond.id, body, orelse, origin))
+        self.emit(If(cond, body, orelse, origin))
 
     def stable(self, atom, body):
         """Copy a loop bound into a temporary when the loop body can change it."""
-        changed = {self.local(n) for n in _assigned_names(body)}
+        changed = {self.local(n) for n in assigned_names(body)}
         if isinstance(atom, ast.Name) and atom.id in changed:
             return self.temp(atom, "bound")
         if is_shape(atom) and atom.value.value.id not in changed:
@@ -494,10 +503,7 @@ class Lowerer:
         return body
 
     def stop_on_flags(self, flags, more):
-        if not flags:
-            return
-        test = name(flags[0]) if len(flags) == 1 else ast.BoolOp(op=ast.Or(), values=[name(f) for f in flags])
-        stop = self.temp(test, "stop")
+        stop = self.temp(_any_flag(flags), "stop")
         self.emit(If(stop.id, [Assign(more, const(False), self.origin)], [], self.origin))
 
     def stmt_While(self, s):
@@ -614,21 +620,16 @@ class Lowerer:
         for v in node.values[1:]:
             cond = t if isinstance(node.op, ast.And) else self.temp(ast.UnaryOp(op=ast.Not(), operand=t), "test")
             origin = self.origin
-            saved, self.out = self.out, []
-            self.assign(t.id, self.expr(v))
-            body, self.out = self.out, saved
-            self.emit(If(cond.id, body, [], origin))
+            self.emit(If(cond.id, self.sub_expr_block(v, t.id), [], origin))
         return t
 
     def expr_IfExp(self, node):
-        cond = self.atom(node.test)
-        if not isinstance(cond, ast.Name):
-            cond = self.temp(cond, "cond")
+        cond = self.condition(node.test)
         t = self.fresh("choice")
         origin = self.origin
         body = self.sub_expr_block(node.body, t)
         orelse = self.sub_expr_block(node.orelse, t)
-        self.emit(If(cond.id, body, orelse, origin))
+        self.emit(If(cond, body, orelse, origin))
         return name(t)
 
     def expr_Tuple(self, node):
@@ -719,11 +720,11 @@ class Lowerer:
             if obj is not None:
                 if is_stop_gradient(obj):
                     return self.stop_gradient(node)
-                plain = unwrap(obj)
-                if inspect.isfunction(plain) and not canonical_callable(obj):
+                plain, canon = unwrap(obj), canonical_callable(obj)
+                if inspect.isfunction(plain) and not canon:
                     return self.inline(plain, node)
                 if path is not None:
-                    canon = canonical_callable(obj) or path
+                    canon = canon or path
                     return self.call(canon, self.call_args(canon, node.args, kws), kws)
             if isinstance(f.value, ast.Name) and self.is_local(f.value.id) and f.attr in _METHODS:
                 base = self.atom(f.value)
@@ -736,7 +737,6 @@ class Lowerer:
                        "methods " + ", ".join(sorted(_METHODS)))
 
     def call_args(self, fn, args, kws):
-        from .rules import ELEMENTWISE
         if fn in ELEMENTWISE and not kws and not any(isinstance(a, ast.Tuple) for a in args):
             return [self.operand(a) for a in args]
         return [self.arg(a) for a in args]
@@ -750,9 +750,10 @@ class Lowerer:
     def arg(self, a):
         if isinstance(a, ast.Tuple):
             return self.expr_Tuple(a)
-        if isinstance(a, ast.Attribute) and self.module_path(a)[0] is not None and \
-                not isinstance(self.module_path(a)[1], (int, float)):
-            return ast.parse(self.module_path(a)[0], mode="eval").body
+        if isinstance(a, ast.Attribute):
+            path, obj = self.module_path(a)
+            if path is not None and not isinstance(obj, (int, float)):
+                return ast.parse(path, mode="eval").body
         return self.atom(a)
 
     def stop_gradient(self, node):
@@ -777,7 +778,7 @@ class Lowerer:
         k = self.ctx.sites.get(info.name, 0) + 1
         self.ctx.sites[info.name] = k
         prefix = info.name if k == 1 else f"{info.name}{k}"
-        assigned = _assigned_names(info.tree.body)
+        assigned = assigned_names(info.tree.body)
         locals_ = assigned | set(params)
         rename, subst = {}, {}
         for p, a in zip(params, args):
@@ -816,7 +817,7 @@ def lower(top_info):
     """Lower the top function and everything it calls into a Program."""
     ctx = Context(top_info)
     params = [a.arg for a in top_info.tree.args.args]
-    assigned = _assigned_names(top_info.tree.body)
+    assigned = assigned_names(top_info.tree.body)
     rename = {n: n for n in assigned | set(params)}
     copies = {}
     for p in params:
@@ -831,7 +832,4 @@ def lower(top_info):
     if not outs:
         raise top_info.error(top_info.tree, "a function that returns nothing",
                              "return the value(s) to differentiate")
-    program = Program(top_info.name, params, body, outs, is_tuple, ctx.infos, copies)
-    program.names = ctx.names
-    program.moved = ctx.moved
-    return program
+    return Program(top_info.name, params, body, outs, is_tuple, ctx.infos, copies, ctx.names, ctx.moved)

@@ -23,7 +23,7 @@ from numba.core import types as nt
 
 from .accumulate import hoist_invariant_accumulations
 from .activity import rank, walk
-from .codegen import Hooks, Writer, emit_block, outputs_src, src, subscript, tidy
+from .codegen import Hooks, Writer, emit_block, outputs_src, src, subscript, tidy, tuple_src
 from .frontend import TransformError
 from .normalize import Assign, For, If, Store, While, is_atom, is_tree, leaves
 from .rules import ARRAY_RULES, ELEMENTWISE, NONDIFF, OPERATORS
@@ -42,8 +42,6 @@ def numba_type_src(ty):
 
 
 def zero_of(ty):
-    if isinstance(ty, nt.Array):
-        return None
     if isinstance(ty, nt.Boolean):
         return "False"
     return f"{np_dtype(ty)}(0)"
@@ -75,6 +73,8 @@ class Reverse:
         self.innermost = {}
         self.map_loops(program.body, None)
         self.invariant = self.loop_invariant()
+        # Never change once set: the steps an integer update may be undone by.
+        self.stable = self.invariant | (self.params - {n for t in walk(program.body) for n in _stmt_defs(t)})
         self.ctx = None           # the loop whose iteration the adjoint is re-running, if any
         self.req = {}             # id(loop or None) -> {id(stmt): names required before it}
         self.recompute = self.find_recompute_loops()
@@ -116,9 +116,7 @@ class Reverse:
 
         def visit(stmts, depth):
             for s in stmts:
-                target = s.target if isinstance(s, Assign) else s.var if isinstance(s, For) else \
-                    s.counter if isinstance(s, While) else None
-                if target:
+                for target in _stmt_defs(s):
                     count[target] = count.get(target, 0) + 1
                     if depth:
                         looped.add(target)
@@ -142,10 +140,7 @@ class Reverse:
                     outside.update(n for n in _stmt_reads(s) if n not in inside)
                     visit(s.body, inside | {s.var})
                     continue
-                if isinstance(s, Assign):
-                    other_defs.add(s.target)
-                if isinstance(s, While):
-                    other_defs.add(s.counter)
+                other_defs.update(_stmt_defs(s))
                 outside.update(n for n in _stmt_reads(s) if n not in inside)
                 if isinstance(s, If):
                     visit(s.body, inside)
@@ -200,13 +195,9 @@ class Reverse:
                 continue
             if not any(t.target in self.an.active for t in body):
                 continue
-            assigned, exposed = set(), set()
-            for t in body:
-                exposed |= {n for n in _stmt_reads(t) if n not in assigned}
-                assigned.add(t.target)
+            assigned = {t.target for t in body}
             if not all(isinstance(self.types.get(v), (nt.Number, nt.Boolean)) for v in assigned):
                 continue
-            carried = sorted(exposed & assigned)
             inside = {id(t) for t in body}
             outside_reads = set()
             outside_defs = set()
@@ -300,7 +291,7 @@ class Reverse:
         if not isinstance(ty, nt.Array) or ty.ndim != 1:
             return False
         inside = {id(t) for t in walk(loop.body)}
-        allocs, size = [], None
+        allocs = []
         defs = {}
         for t in walk(self.p.body):
             for n in _stmt_defs(t):
@@ -406,8 +397,6 @@ class Reverse:
         return frozenset(_stmt_defs(s))
 
     def undo(self, s):
-        if not hasattr(self, "stable"):
-            self.stable = self.invariant | (self.params - {n for t in walk(self.p.body) for n in _stmt_defs(t)})
         return undoable(s, self.types, self.stable)
 
     def required(self):
@@ -472,7 +461,7 @@ class Reverse:
 
     def pushes_loop_value(self, s):
         """A for loop saves its index (a while loop its trip counter) on entry."""
-        v = s.var if isinstance(s, For) else s.counter
+        v = _loop_var(s)
         return self.owned(s) and self.pushes_value(v) and v in self.req_before(s)
 
     def is_external(self, s):
@@ -485,9 +474,12 @@ class Reverse:
             return s.array in self.RV
         return self.owned(s) and s.array in self.RV and s.array in self.req_before(s)
 
+    def stored_type(self, s):
+        """The type of what Store `s` writes into: an element, or a slice of its array."""
+        return self.an.type_of(ast.Subscript(value=ast.Name(id=s.array, ctx=ast.Load()), slice=s.index))
+
     def store_kind(self, s):
-        t = self.an.type_of(ast.Subscript(value=ast.Name(id=s.array, ctx=ast.Load()), slice=s.index))
-        return "slice" if isinstance(t, nt.Array) else "elem"
+        return "slice" if isinstance(self.stored_type(s), nt.Array) else "elem"
 
     # ---- adjoint statements ----------------------------------------------
     def err(self, s, what, hint):
@@ -533,18 +525,14 @@ class Reverse:
             return out
         if isinstance(s, For) and id(s) in self.recompute:
             return self.rev_recompute(s)
-        if isinstance(s, For):
+        if isinstance(s, (For, While)):
             rb = self.rev_block(s.body)
-            pop = self.pop_value(s.var) if self.pushes_loop_value(s) else []
+            pop = self.pop_value(_loop_var(s)) if self.pushes_loop_value(s) else []
             if not rb:
                 return pop
-            return [(0, f"for {s.var} in {self.reversed_range(s)}:", s.origin)] + self.indent(rb) + pop
-        if isinstance(s, While):
-            rb = self.rev_block(s.body)
-            pop = self.pop_value(s.counter) if self.pushes_loop_value(s) else []
-            if not rb:
-                return pop
-            return [(0, f"for _ in range({s.counter}):", s.origin)] + self.indent(rb) + pop
+            head = f"for {s.var} in {self.reversed_range(s)}:" if isinstance(s, For) else \
+                f"for _ in range({s.counter}):"
+            return [(0, head, s.origin)] + self.indent(rb) + pop
         raise AssertionError(s)
 
     def rev_recompute(self, s):
@@ -574,11 +562,7 @@ class Reverse:
         out = []
         if any(not t.startswith("#") for _, t, _ in body):
             out = [(0, f"for {s.var} in {self.reversed_range(s)}:", s.origin)] + self.indent(body)
-        for v in reversed(self.shared_saved(info)):
-            out += self.pop_value(v)
-        if self.pushes_loop_value(s):
-            out += self.pop_value(s.var)
-        return out
+        return out + self.pop_on_exit(s, info)
 
     def rev_rerun(self, s):
         """Reverse one iteration at a time: restore the scalars it started from, run it
@@ -605,6 +589,11 @@ class Reverse:
             dty = self.types.get(v).dtype if kind == "elem" else self.types.get(v)
             out += [(0, f"{stack} = np.empty(16, {np_dtype(dty)})", None), (0, f"{top} = 0", None)]
         out += [(0, f"for {s.var} in {self.reversed_range(s)}:", s.origin)] + self.indent(body)
+        return out + self.pop_on_exit(s, info)
+
+    def pop_on_exit(self, s, info):
+        """Restore what the forward of recomputed loop `s` saved on entry, in reverse order."""
+        out = []
         for v in reversed(self.shared_saved(info)):
             out += self.pop_value(v)
         if self.pushes_loop_value(s):
@@ -639,8 +628,7 @@ class Reverse:
             out += [(0, f"{top} -= 1", None), (0, f"{subscript(s.array, s.index)} = {stack}[{top}]", None)]
         if s.array in self.an.active:
             view = subscript(self.adj(s.array), s.index)
-            vt = self.an.type_of(ast.Subscript(value=ast.Name(id=s.array, ctx=ast.Load()), slice=s.index))
-            out += self.accumulate(s.value, view, "reduce", rank(vt))
+            out += self.accumulate(s.value, view, "reduce", rank(self.stored_type(s)))
             out.append((0, f"{view} = 0.0", None))
         return [(0, s.origin.comment(), s.origin)] + out if out else []
 
@@ -694,8 +682,6 @@ class Reverse:
             return self.tree(value, out_ty)
         if isinstance(value, ast.BinOp) and isinstance(value.op, ast.MatMult):
             return self.array_rule(s, "MatMult", [value.left, value.right], None)
-        if isinstance(value, (ast.BinOp, ast.UnaryOp)):
-            return []
         if isinstance(value, ast.Call):
             fn = getattr(value, "srcad_fn", None)
             if fn is None:
@@ -729,13 +715,13 @@ class Reverse:
         out_rank = rank(out_ty)
         scalar64 = out_ty == nt.float64 and all(rank(self.an.type_of(a)) == 0 for a in all_leaves)
         module = "math" if scalar64 else "np"
+        others_scalar = sum(1 for a in all_leaves if rank(self.an.type_of(a)) > 0) <= 1
         result = []
 
         def visit(node, factors, negative):
             if is_atom(node):
                 if not self.an.is_active(node):
                     return
-                others_scalar = sum(1 for a in all_leaves if rank(self.an.type_of(a)) > 0) <= 1
                 mode = "exact" if rank(self.an.type_of(node)) == out_rank and others_scalar else "reduce"
                 expr = " * ".join(["\0g"] + [f"({f})" for f in factors])
                 result.append((node, ("-" if negative else "") + expr, mode, out_rank))
@@ -756,7 +742,7 @@ class Reverse:
 
     def array_rule(self, s, fn, args, axis):
         ranks = [rank(self.an.type_of(a)) for a in args]
-        triples = ARRAY_RULES[fn](ranks, axis) if fn != "MatMult" else ARRAY_RULES[fn](ranks)
+        triples = ARRAY_RULES[fn](ranks, axis)
         if triples is None:
             raise self.err(s, f"no derivative rule for `{fn}` on arrays of rank {ranks}",
                            "use explicit loops or a supported form")
@@ -817,7 +803,7 @@ class Reverse:
             ty = self.types.get(v)
             if isinstance(ty, nt.Array):
                 w.line(1, f"{v} = np.empty({(0,) * ty.ndim}, {np_dtype(ty.dtype)})")
-            elif zero_of(ty) is not None and isinstance(ty, (nt.Number, nt.Boolean)):
+            elif isinstance(ty, (nt.Number, nt.Boolean)):
                 w.line(1, f"{v} = {zero_of(ty)}")
             else:
                 raise TransformError(f"{self.p.name}: cannot save `{v}` of type {ty} for the reverse sweep. "
@@ -828,14 +814,13 @@ class Reverse:
             saved += list(self.stacks[key])
         saved += self.saved_locals()
         self.saved_names = saved
-        tup = "(" + ", ".join(saved) + ("," if len(saved) == 1 else "") + ")"
-        w.line(1, f"return {outputs_src(self.p)}, {tup}")
+        w.line(1, f"return {outputs_src(self.p)}, {tuple_src(saved)}")
         return w
 
     def slice_rank(self, v):
         for s in walk(self.p.body):
             if isinstance(s, Store) and s.array == v and self.store_kind(s) == "slice":
-                return rank(self.an.type_of(ast.Subscript(value=ast.Name(id=v, ctx=ast.Load()), slice=s.index)))
+                return rank(self.stored_type(s))
         return 1
 
     def list_type(self, ty):
@@ -862,7 +847,7 @@ class Reverse:
         w.line(0, f"def {self.fname}_adjoint({params}):")
         saved = self.saved_names
         if saved:
-            w.line(1, "(" + ", ".join(saved) + ("," if len(saved) == 1 else "") + ") = saved")
+            w.line(1, f"{tuple_src(saved)} = saved")
         restored = {s.array for s in walk(self.p.body) if isinstance(s, Store) and self.pushes_store(s)}
         for info in self.recompute.values():
             if info["rerun"]:
@@ -884,7 +869,7 @@ class Reverse:
             ty = self.types.get(p)
             g = self.adj(p)
             grads.append(f"np.float32({g})" if ty == nt.float32 else g)
-        w.line(1, "return (" + ", ".join(grads) + ("," if len(grads) == 1 else "") + ")")
+        w.line(1, f"return {tuple_src(grads)}")
         return w
 
 
@@ -965,8 +950,6 @@ class ForwardHooks(Hooks):
         """Inside a for loop the room was reserved before it: a plain store.
         In a while loop: grow when full. Elsewhere (runs once): the helper."""
         loop = self.rev.innermost.get(id(site))
-        if isinstance(site, (For, While)):
-            loop = self.rev.innermost.get(id(site))
         if isinstance(loop, For):
             w.line(indent, f"{stack}[{top}] = {value}")
             w.line(indent, f"{top} += 1")
@@ -992,7 +975,7 @@ class ForwardHooks(Hooks):
                         and not self.skip(t):
                     key = self.rev.stack(t.array, "elem")
                 elif isinstance(t, (For, While)) and self.rev.pushes_loop_value(t):
-                    key = self.rev.stack(getattr(t, "var", None) or t.counter, "value")
+                    key = self.rev.stack(_loop_var(t), "value")
                 else:
                     key = None
                 if key:
@@ -1044,6 +1027,11 @@ def _exposed(stmts, defined):
         return defined
     block(stmts, defined)
     return exposed
+
+
+def _loop_var(s):
+    """The name a loop sets every iteration: a for loop's index, a while loop's trip counter."""
+    return s.var if isinstance(s, For) else s.counter
 
 
 def _names(expr):

@@ -111,7 +111,7 @@ NONDIFF = {
 }
 
 
-def _matmul(ranks):
+def _matmul(ranks, axis=None):
     ra, rb = ranks[0], ranks[1]
     if (ra, rb) == (2, 2):
         return [(0, "g @ np.transpose(b)", "exact"), (1, "np.transpose(a) @ g", "exact")]
@@ -164,9 +164,9 @@ def _transpose(ranks, axis=None):
 ARRAY_RULES = {
     "np.sum": _sum,
     "np.mean": _mean,
-    "np.dot": lambda ranks, axis=None: _matmul(ranks),
-    "MatMult": lambda ranks, axis=None: _matmul(ranks),
-    "np.matmul": lambda ranks, axis=None: _matmul(ranks),
+    "np.dot": _matmul,
+    "MatMult": _matmul,
+    "np.matmul": _matmul,
     "np.max": _extremum("argmax"),
     "np.amax": _extremum("argmax"),
     "np.min": _extremum("argmin"),

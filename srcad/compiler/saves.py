@@ -16,7 +16,11 @@ iterated to a fixpoint over their back edge (iteration i is "earlier" than
 i + 1); branches join by union. Opaque statements (loops the reverse sweep
 recomputes) are one statement with their own reads and kills.
 """
-from .normalize import Assign, For, If, Store, While
+import ast
+
+from numba.core import types as nt
+
+from .normalize import Assign, For, If, While
 
 
 def required_before(stmts, reads, kills, after, opaque):
@@ -36,14 +40,10 @@ def required_before(stmts, reads, kills, after, opaque):
         if isinstance(s, (For, While)) and not opaque(s):
             head = req
             while True:
-                req_in[id(s)] = head
-                out = block(s.body, head - kills(s))
-                new = head | out
+                new = head | block(s.body, head - kills(s))
                 if new == head:
-                    break
+                    return head | after(s)
                 head = new
-            req_in[id(s)] = req
-            return head | after(s)
         return ((req | reads(s)) - kills(s)) | after(s)
 
     block(stmts, frozenset())
@@ -54,8 +54,6 @@ def undoable(s, types, stable):
     """`v = v + c`, `v = c + v` or `v = v - c` on integers, with `c` a constant or a name
     in `stable` (never changes after it is set): the reverse sweep restores `v` by the
     inverse operation, exactly, instead of saving it. Returns (inverse source, c names) or None."""
-    import ast
-    from numba.core import types as nt
     if not isinstance(s, Assign) or s.nodiff or not isinstance(types.get(s.target), nt.Integer):
         return None
     v = s.value

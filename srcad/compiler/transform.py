@@ -6,7 +6,7 @@ from .activity import Analysis, is_float, unify_types
 from .backend import (Typed, cache_dir, cache_key, import_module, infer_types, jit, load_cached, load_meta, save_meta,
                       user_error, write_module)
 from .codegen import HEADER, primal_source
-from .frontend import load, unwrap
+from .frontend import load
 from .normalize import lower
 from .reverse import Reverse
 
@@ -102,7 +102,6 @@ def transform(pyfunc, arg_types, active):
     Only Numba's type inference runs on the primal here (its types drive the
     transform); the primal itself is compiled when it is first called, so a
     gradient compiles two functions (forward and adjoint), not three."""
-    pyfunc = unwrap(pyfunc)
     arg_types = tuple(arg_types)
     active = tuple(bool(a) for a in active)
     info = load(pyfunc)
@@ -110,7 +109,8 @@ def transform(pyfunc, arg_types, active):
     program = lower(info)
     fname = info.name
     primal_w = primal_source(program, f"{fname}_primal")
-    primal_src = HEADER + "\n\n" + primal_w.text()
+    primal_text = primal_w.text()
+    primal_src = HEADER + "\n\n" + primal_text
     key = cache_key(primal_src, arg_types, active)
     root = cache_dir()
     base = f"{fname}_{key}"
@@ -118,7 +118,7 @@ def transform(pyfunc, arg_types, active):
     # call and a gradient of the same signature compile / type it once.
     primal_path = root / f"{fname}_{cache_key(primal_src, arg_types, ())}_primal.py"
     module_path = root / f"{base}.py"
-    offset = primal_src.count("\n") - primal_w.text().count("\n")
+    offset = primal_src.count("\n") - primal_text.count("\n")
     primal_origins = [None] * offset + primal_w.origins
     meta = load_meta(root / f"{base}.json")
     if meta is not None and module_path.exists() and primal_path.exists():
@@ -136,16 +136,16 @@ def transform(pyfunc, arg_types, active):
     for p, t in zip(program.params, arg_types):
         types[p] = t
     analysis = Analysis(program, types, active)
-    analysis.check(program.infos)
+    analysis.check()
     rev = Reverse(program, analysis, program.names, fname)
     forward_w = rev.forward_source()
     adjoint_w = rev.adjoint_source(active)
     head = HEADER + "\n" + rev.type_defs() + "\n\n"
-    module_src = head + forward_w.text() + "\n\n" + adjoint_w.text()
+    sources = {"primal": primal_text, "forward": forward_w.text(), "adjoint": adjoint_w.text()}
+    module_src = head + sources["forward"] + "\n\n" + sources["adjoint"]
     origins = [None] * head.count("\n") + forward_w.origins + [None, None] + adjoint_w.origins
     write_module(module_path, module_src)
     forward, adjoint = _load(module_path, origins, fname, cached=False)
-    sources = {"primal": primal_w.text(), "forward": forward_w.text(), "adjoint": adjoint_w.text()}
     outputs = _split_outputs(typed.return_type, program.returns_tuple)
     save_meta(root / f"{base}.json", {"sources": sources, "returns_tuple": program.returns_tuple,
                                       "n_outputs": len(outputs)})

@@ -31,9 +31,7 @@ def _shape(x):
 
 def unbroadcast(g, x, ans):
     """Sum the cotangent ``g`` of a broadcast result down to ``x``'s shape (batch axes kept)."""
-    shape = getattr(x._value if isinstance(x, Tensor) else x, "shape", None)
-    if shape is None:  # Python numbers and lists
-        shape = np.shape(x)
+    shape = _shape(x)
     if getattr(g, "shape", None) == shape:  # no broadcast: the common case, kept cheap
         return g
     b = batch_ndim(g, ans)

@@ -24,15 +24,7 @@ import types
 
 import numpy as np
 
-try:  # the decorator and stop_gradient, when srcad provides them
-    import srcad as ad
-    HAVE_SRCAD = hasattr(ad, "function") and hasattr(ad, "stop_gradient")
-except Exception:  # pragma: no cover - only while srcad is being written
-    HAVE_SRCAD = False
-if not HAVE_SRCAD:
-    ad = types.ModuleType("srcad_stub")
-    ad.function = lambda fn=None, **kw: fn if fn is not None else (lambda f: f)
-    ad.stop_gradient = lambda v: v
+import srcad as ad
 
 
 class Case:
@@ -1079,7 +1071,7 @@ def validate_corpus_numba(names=None, verbose=False):
         if names and c.name not in names:
             continue
         try:
-            py = _plain_call(c.fn, c.make_args())
+            py = c.fn(*c.make_args())
             nb = g[c.fn.__name__](*c.make_args())
             _assert_close(py, nb)
             if verbose:
@@ -1087,10 +1079,6 @@ def validate_corpus_numba(names=None, verbose=False):
         except Exception as e:  # report all
             fails.append((c.name, "%s: %s" % (type(e).__name__, str(e)[:300])))
     return fails
-
-
-def _plain_call(fn, args):
-    return fn(*args)
 
 
 def _assert_close(a, b, rtol=1e-12):

@@ -42,10 +42,7 @@ def decorated(case):
 
 def _value(v):
     """A NumPy value from a Tensor / NumPy / Python value."""
-    tensor_type = getattr(ad, "Tensor", None)
-    if tensor_type is not None and isinstance(v, tensor_type):
-        return np.asarray(v.numpy())
-    return np.asarray(v)
+    return np.asarray(v.numpy() if isinstance(v, ad.Tensor) else v)
 
 
 def _outputs(out):

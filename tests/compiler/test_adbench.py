@@ -7,11 +7,7 @@ import os
 import numpy as np
 import pytest
 
-try:
-    from . import adbench_models as M
-except ImportError:
-    import adbench_models as M
-
+import adbench_models as M
 import srcad as ad
 
 RHO = 1e-8

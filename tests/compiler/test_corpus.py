@@ -7,12 +7,8 @@ import os
 import numpy as np
 import pytest
 
-try:  # as a package (tests/compiler/__init__.py) or as a rootdir-inserted module
-    from . import corpus
-    from .gradcheck import check_function_gradient, decorated, validate_fd
-except ImportError:
-    import corpus
-    from gradcheck import check_function_gradient, decorated, validate_fd
+import corpus
+from gradcheck import check_function_gradient, decorated, validate_fd
 
 IDS = [c.name for c in corpus.CASES]
 

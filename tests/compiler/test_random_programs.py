@@ -27,23 +27,18 @@ input near a kink (a branch threshold, a tie in max/min, a trip-count change)
 is rejected before compiling instead of failing the test.
 """
 
-import importlib.util
 import itertools
 import os
-import sys
 import tempfile
 
 import numpy as np
-import pytest
 from hypothesis.errors import UnsatisfiedAssumption
 from hypothesis import HealthCheck, Phase, assume, given, settings, strategies as st
 
-try:
-    from .gradcheck import central_fd, richardson_fd, scalarize, cotangents, fresh, _value
-except ImportError:
-    from gradcheck import central_fd, richardson_fd, scalarize, cotangents, fresh, _value
+from gradcheck import central_fd, richardson_fd, scalarize, cotangents, fresh, _value
 
 import srcad as ad
+from srcad.compiler.backend import import_module, write_module
 
 N = 6                      # array length of the inputs
 FRAGMENTS = int(os.environ.get("SRCAD_RANDPROG_FRAGMENTS", "8"))
@@ -364,15 +359,8 @@ _counter = itertools.count()
 
 
 def load_program(src):
-    path = os.path.join(_TMP, "randprog_%d.py" % next(_counter))
-    with open(path, "w") as fh:
-        fh.write(src)
-    modname = os.path.basename(path)[:-3]
-    spec = importlib.util.spec_from_file_location(modname, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[modname] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    """The program as an imported module (a file, so that srcad can read the functions' source)."""
+    return import_module(write_module(os.path.join(_TMP, "randprog_%d.py" % next(_counter)), src))
 
 
 def make_inputs(seed):

@@ -139,9 +139,10 @@ def test_stop_gradient_is_identity_with_zero_derivative():
 
 
 def test_int_argument_gets_no_gradient():
-    t = compiled(C.int_args, (vec(5), 7, 3), (True, False, False))
-    out, saved = t.forward(vec(5), 7, 3)
-    assert len(t.adjoint(vec(5), 7, 3, saved, 1.0)) == 1
+    x = vec(5)
+    t = compiled(C.int_args, (x, 7, 3), (True, False, False))
+    out, saved = t.forward(x, 7, 3)
+    assert len(t.adjoint(x, 7, 3, saved, 1.0)) == 1
 
 
 def test_active_int_argument_is_a_type_error():
