@@ -14,6 +14,7 @@ import inspect
 import numpy as np
 
 from .jacobians import batch_shape
+from .source import capture_source
 from .tape import needs_gradient, record, recording_tapes
 from .tensor import Tensor
 
@@ -43,6 +44,7 @@ class Function:
 
     def __init__(self, pyfunc):
         self.python_function = pyfunc
+        capture_source(pyfunc)   # what is compiled is the source as it is now, not after later edits
         self._signature = inspect.signature(pyfunc)
         self._transforms = {}
         self._last = None

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..source import capture_source
+
 
 class TransformError(Exception):
     """The function uses something the source transformation cannot handle."""
@@ -59,14 +61,13 @@ def load(pyfunc):
     pyfunc = unwrap(pyfunc)
     if not inspect.isfunction(pyfunc):
         raise TransformError(f"{pyfunc!r} is not a Python function; srcad compiles plain `def` functions")
-    try:
-        lines, first = inspect.getsourcelines(pyfunc)
-        filename = inspect.getsourcefile(pyfunc) or "<unknown>"
-    except (OSError, TypeError) as exc:
+    src = capture_source(pyfunc)
+    if src is None:
         raise TransformError(
-            f"{pyfunc.__name__}: cannot read its source ({exc}). Hint: define it in a file, "
-            "not in an interactive prompt or with exec") from None
-    source = textwrap.dedent("".join(lines))
+            f"{pyfunc.__name__}: cannot read its source. Hint: define it in a file, "
+            "not in an interactive prompt or with exec")
+    filename, first = src.filename, src.first_line
+    source = textwrap.dedent(src.text)
     module = ast.parse(source)
     tree = module.body[0]
     if not isinstance(tree, ast.FunctionDef):
