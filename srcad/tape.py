@@ -129,8 +129,19 @@ def flatten(structure):
     if isinstance(structure, (list, tuple)):
         return [leaf for item in structure for leaf in flatten(item)]
     if isinstance(structure, dict):
-        return [leaf for key in sorted(structure) for leaf in flatten(structure[key])]
+        return [leaf for key in sorted_keys(structure) for leaf in flatten(structure[key])]
     return [structure]
+
+
+def sorted_keys(mapping):
+    """A dict's keys in sorted order, the order nests flatten it in (as tf.nest does)."""
+    try:
+        return sorted(mapping)
+    except TypeError:
+        types = sorted({type(k).__name__ for k in mapping})
+        raise TypeError(f"nest only supports dicts with sortable keys: a dict of keys {list(mapping)!r} "
+                        f"(types {', '.join(types)}) cannot be flattened, because its values are flattened in "
+                        f"sorted key order. Use keys of one type (all str, or all numbers).") from None
 
 
 def _pack_like(structure, leaves):
@@ -139,7 +150,7 @@ def _pack_like(structure, leaves):
         items = [_pack_like(item, leaves) for item in structure]
         return type(structure)(*items) if hasattr(structure, "_fields") else type(structure)(items)
     if isinstance(structure, dict):
-        packed = {key: _pack_like(structure[key], leaves) for key in sorted(structure)}
+        packed = {key: _pack_like(structure[key], leaves) for key in sorted_keys(structure)}
         try:
             return type(structure)((key, packed[key]) for key in structure)  # the caller's key order
         except TypeError:  # dict subclasses with other constructors (defaultdict)
@@ -198,20 +209,29 @@ class GradientTape:
                 tapes.pop()
                 self._recording = False
             else:
-                self._pop()
+                self._pop("exited (__exit__)")
         return False
 
     def _push(self):
         _thread.tapes.append(self)
         self._recording = True
 
-    def _pop(self):
+    def _pop(self, action):
+        """Take this tape off this thread's stack.  A recording tape that is not on it was entered on
+        another thread: its stack cannot be changed from here, so ``action`` (what the caller does, for
+        the message) is refused and the tape keeps recording there."""
         tapes = _thread.tapes
         for i in range(len(tapes) - 1, -1, -1):
             if tapes[i] is self:
                 del tapes[i]
-                break
-        self._recording = False
+                self._recording = False
+                return
+        if self._recording:
+            raise RuntimeError(
+                f"GradientTape {action} on thread '{threading.current_thread().name}', but it was entered on "
+                f"another thread, whose operations it records: tapes are per thread. Enter and exit a tape (and "
+                f"call reset, stop_recording or a non-persistent gradient inside it) on the same thread; give "
+                f"each thread a tape of its own.")
 
     # -- watching ----------------------------------------------------------------
     def watch(self, tensor):
@@ -255,7 +275,7 @@ class GradientTape:
             if self._created and not self._consumed:
                 raise ValueError("Tape is not recording.")
             raise RuntimeError("Trying to stop recording a tape which is not recording.")
-        self._pop()
+        self._pop("stop_recording() called")
         try:
             yield
         finally:
@@ -265,7 +285,7 @@ class GradientTape:
         """Discard everything recorded so far and keep recording on a fresh tape."""
         if not self._recording:
             raise ValueError("Tape is not recording.")
-        self._pop()
+        self._pop("reset() called")
         self._clear()
         self._push()
 
@@ -281,7 +301,7 @@ class GradientTape:
         self._check_usable()
         if self._recording:
             if not self._persistent:
-                self._pop()
+                self._pop("gradient() or jacobian() called inside its context")
             elif not _warned_persistent_inside:
                 _warned_persistent_inside = True
                 _log.warning(
@@ -401,16 +421,20 @@ class GradientTape:
                     grads[key] = g if prev is None else prev + g
 
         result = []
-        for keys in source_keys:
+        for s, keys in zip(sources, source_keys):
             total = None
             for k in keys:
                 g = get(k)
                 if g is not None:
                     total = g if total is None else total + g
-            if total is not None and not isinstance(total, Tensor):
-                wrapped = object.__new__(Tensor)
-                wrapped._value = total if isinstance(total, (np.ndarray, np.generic)) else np.asarray(total)
-                total = wrapped
+            if total is not None:
+                if not isinstance(total, Tensor):
+                    wrapped = object.__new__(Tensor)
+                    wrapped._value = total if isinstance(total, (np.ndarray, np.generic)) else np.asarray(total)
+                    total = wrapped
+                dtype = s._value.dtype
+                if total._value.dtype is not dtype and total._value.dtype != dtype:
+                    total = _in_dtype(total, dtype)
             result.append(total)
         return result
 
@@ -461,8 +485,16 @@ def _seed_gradients(targets, output_gradients):
     if len(given) != len(targets):
         raise ValueError(f"output_gradients must hold one entry per target: got {len(given)} for {len(targets)} "
                          f"targets.")
-    return [_ones_like(t) if g is None else fit_cotangent(g, t.shape, "output_gradients entry", "its target")
-            for t, g in zip(targets, given)]
+    seeds = [_ones_like(t) if g is None else fit_cotangent(g, t.shape, "output_gradients entry", "its target")
+             for t, g in zip(targets, given)]
+    for i, (t, g) in enumerate(zip(targets, seeds)):
+        if g._value.dtype.kind == "c" and t._value.dtype.kind != "c":
+            raise TypeError(
+                f"output_gradients entry {i} has the complex dtype {g.dtype}, but its target has the real dtype "
+                f"{t.dtype}: the cotangent of a real target must be real (tf.GradientTape fails on the dtype "
+                f"mismatch too). Pass a real value; for a complex cotangent a + ib, take the gradients with a and "
+                f"with b separately.")
+    return seeds
 
 
 def fit_cotangent(g, shape, what, of_what):
@@ -489,6 +521,16 @@ def fit_cotangent(g, shape, what, of_what):
         raise ValueError(f"{what} for {of_what} has shape {g.shape}, incompatible with {of_what}'s shape {shape}: "
                          f"expected that shape or one that broadcasts to it.")
     return broadcast_to(g, shape)
+
+
+def _in_dtype(grad, dtype):
+    """A gradient in its source's dtype, as TensorFlow returns it (NumPy's type promotion may have widened
+    it, e.g. float64 cotangents reaching a float32 source): a real source takes the real part, as tf.cast."""
+    from .ops import rules
+
+    if grad._value.dtype.kind == "c" and dtype.kind != "c":
+        grad = rules.real(grad)
+    return rules.cast(grad, dtype)
 
 
 def _ones(value):

@@ -28,7 +28,11 @@ def _format_value(value):
 
 
 class Tensor:
-    """An immutable array value; operations on it are recorded by active tapes."""
+    """An immutable array value; operations on it are recorded by active tapes.
+
+    ``Tensor(value)`` copies ``value`` (as TensorFlow's eager tensors do), so changing the caller's array
+    afterwards cannot change the Tensor.
+    """
 
     __slots__ = ("_value", "__weakref__")
     __array_priority__ = 100
@@ -37,7 +41,7 @@ class Tensor:
         if isinstance(value, Tensor):
             value = value._value
         _reject_non_numeric(value)
-        array = np.asarray(value, dtype=dtype)
+        array = np.array(value, dtype=dtype)  # a copy: the caller's array may change later
         if array.dtype.kind not in "biufc":
             raise TypeError(f"Cannot convert {value!r} to a Tensor: got NumPy dtype {array.dtype}, expected a "
                             f"number, a NumPy array or a nested list of numbers (bool, int, float or complex)")
@@ -192,9 +196,7 @@ class Variable(Tensor):
     __slots__ = ("trainable", "name", "_read", "_order")
 
     def __init__(self, initial_value, trainable=True, name=None, dtype=None):
-        super().__init__(initial_value, dtype=dtype)
-        if isinstance(self._value, np.ndarray):
-            self._value = np.array(self._value)  # own the buffer: the caller's array may change
+        super().__init__(initial_value, dtype=dtype)  # a copy, as tf.Variable's
         self.trainable = bool(trainable)
         self.name = name if name is not None else "Variable"
         self._read = None
@@ -268,12 +270,15 @@ def _reject_non_numeric(value):
 
 
 def constant(value, dtype=None):
-    """A Tensor holding a copy-free NumPy view of ``value`` (float64 by default for floats)."""
+    """A Tensor holding a copy of ``value``, as ``tf.constant``: changing ``value`` afterwards does not
+    change it (NumPy's dtypes: float64 by default for Python floats)."""
     return Tensor(value, dtype=dtype)
 
 
 def convert_to_tensor(value, dtype=None):
-    """Return ``value`` if it is already a Tensor of the requested dtype, else wrap it."""
+    """``value`` itself if it is already a Tensor of the requested dtype (Tensors are immutable), else a new
+    Tensor holding a copy of it: a NumPy array is copied, as TensorFlow's eager ``convert_to_tensor``
+    does, so that later changes to the array cannot reach values a tape has recorded."""
     if isinstance(value, Tensor) and (dtype is None or value.dtype == np.dtype(dtype)):
         return value
     return Tensor(value, dtype=dtype)

@@ -132,8 +132,8 @@ def _no_gradient(func):
 UFUNCS.update({
     np.add: r.add, np.subtract: r.subtract, np.multiply: r.multiply, np.divide: r.divide,
     np.power: r.power, np.float_power: r.power, np.negative: r.negative, np.positive: r.positive,
-    np.reciprocal: r.reciprocal, np.maximum: r.maximum, np.minimum: r.minimum, np.fmax: r.maximum,
-    np.fmin: r.minimum, np.mod: r.mod, np.arctan2: r.arctan2, np.hypot: r.hypot, np.logaddexp: r.logaddexp,
+    np.reciprocal: r.reciprocal, np.maximum: r.maximum, np.minimum: r.minimum, np.fmax: r.fmax,
+    np.fmin: r.fmin, np.mod: r.mod, np.arctan2: r.arctan2, np.hypot: r.hypot, np.logaddexp: r.logaddexp,
     np.matmul: r.matmul,
     np.exp: r.exp, np.exp2: r.exp2, np.expm1: r.expm1, np.log: r.log, np.log2: r.log2, np.log10: r.log10,
     np.log1p: r.log1p, np.sqrt: r.sqrt, np.cbrt: r.cbrt, np.square: r.square, np.absolute: r.abs,
@@ -153,6 +153,8 @@ FUNCTIONS.update({
     np.mean: _reduction(r.mean, np.mean),
     np.max: _reduction(r.max, np.max),
     np.min: _reduction(r.min, np.min),
+    np.amax: _reduction(r.max, np.amax),  # NumPy 2 made these functions of their own, not aliases
+    np.amin: _reduction(r.min, np.amin),
     np.prod: _reduction(r.prod, np.prod),
     np.dot: _dot,
     np.einsum: _einsum,
@@ -189,6 +191,7 @@ FUNCTIONS.update({
     np.argmax: lambda a, axis=None, **kw: r.argmax(a, axis=axis),
     np.argmin: lambda a, axis=None, **kw: r.argmin(a, axis=axis),
     np.round: lambda a, decimals=0, out=None: r.round(a, decimals),
+    np.real: lambda val: r.real(val),
     np.around: lambda a, decimals=0, out=None: r.round(a, decimals),
 })
 

@@ -108,8 +108,14 @@ power = elementwise(np.power, _power_x, lambda g, ans, x, y: g * ans * _log_base
 negative = primitive(operator.neg, lambda g, ans, x: negative(g), name="negative")
 positive = primitive(np.positive, lambda g, ans, x: g)
 reciprocal = primitive(np.reciprocal, lambda g, ans, x: negative(g) * ans * ans)
-maximum = elementwise(np.maximum, lambda g, ans, x, y: where(x >= y, g, 0.0), lambda g, ans, x, y: where(x < y, g, 0.0))
-minimum = elementwise(np.minimum, lambda g, ans, x, y: where(x <= y, g, 0.0), lambda g, ans, x, y: where(x > y, g, 0.0))
+# maximum/minimum: TensorFlow's rule, a tie (and a NaN) sends the whole cotangent to one side, x's on
+# x >= y (x <= y), y's on the complement; fmax/fmin send it to the side they return (the non-NaN one).
+maximum = elementwise(np.maximum, lambda g, ans, x, y: where(x >= y, g, 0.0), lambda g, ans, x, y: where(x >= y, 0.0, g))
+minimum = elementwise(np.minimum, lambda g, ans, x, y: where(x <= y, g, 0.0), lambda g, ans, x, y: where(x <= y, 0.0, g))
+fmax = elementwise(np.fmax, lambda g, ans, x, y: where(logical_or(x >= y, isnan(y)), g, 0.0),
+                   lambda g, ans, x, y: where(logical_or(x >= y, isnan(y)), 0.0, g))
+fmin = elementwise(np.fmin, lambda g, ans, x, y: where(logical_or(x <= y, isnan(y)), g, 0.0),
+                   lambda g, ans, x, y: where(logical_or(x <= y, isnan(y)), 0.0, g))
 mod = elementwise(np.mod, lambda g, ans, x, y: g, lambda g, ans, x, y: negative(g) * floor_divide(x, y))
 arctan2 = elementwise(np.arctan2, lambda g, ans, y, x: g * x / (x * x + y * y),
                       lambda g, ans, y, x: negative(g) * y / (x * x + y * y))
@@ -148,6 +154,7 @@ clip = elementwise(lambda x, lo, hi: np.clip(x, lo, hi),
                    lambda g, ans, x, lo, hi: where(logical_and(x >= lo, x <= hi), g, 0.0),
                    lambda g, ans, x, lo, hi: where(x < lo, g, 0.0),
                    lambda g, ans, x, lo, hi: where(logical_and(x > hi, x >= lo), g, 0.0), name="clip")
+real = primitive(np.real, lambda g, ans, x: cast(g, value(x).dtype) if _is_float(x) else None)
 cast = primitive(lambda x, dtype: np.asarray(x).astype(dtype),
                  lambda g, ans, x, dtype: cast(g, value(x).dtype) if _is_float(ans) else None, name="cast")
 
@@ -180,7 +187,8 @@ round = nondifferentiable(lambda x, decimals=0: np.round(x, decimals), name="rou
 
 
 def _extremum_vjp(g, ans, x, axis=None, keepdims=False):
-    """Share the cotangent equally among the positions that attain the max/min."""
+    """Share the cotangent equally among the positions that attain the max/min (TensorFlow's reduce_max
+    rule: ``[0.5, 0, 0.5]`` for ``[2, 1, 2]``; the compiled layer follows the same rule)."""
     at_extremum = equal(x, _restore_reduced(ans, ans, x, axis, keepdims))
     weights = cast(at_extremum, value(ans).dtype)
     weights = weights / _restore_reduced(sum(weights, axis=axis, keepdims=keepdims), ans, x, axis, keepdims)
