@@ -24,6 +24,7 @@ __all__ = ["GradientTape", "UnconnectedGradients"]
 
 _log = logging.getLogger("srcad")
 _DIFFERENTIABLE_KINDS = frozenset("fc")
+_ndarray = np.ndarray
 _warned_persistent_inside = False   # TF logs this warning once per process
 
 
@@ -432,9 +433,11 @@ class GradientTape:
                     wrapped = object.__new__(Tensor)
                     wrapped._value = total if isinstance(total, (np.ndarray, np.generic)) else np.asarray(total)
                     total = wrapped
-                dtype = s._value.dtype
-                if total._value.dtype is not dtype and total._value.dtype != dtype:
-                    total = _in_dtype(total, dtype)
+                value, source_value = total._value, s._value
+                if type(value) is not type(source_value) or (  # NumPy scalar types stand for their dtypes
+                        type(value) is _ndarray and value.dtype != source_value.dtype):
+                    if value.dtype != source_value.dtype:
+                        total = _in_dtype(total, source_value.dtype)
             result.append(total)
         return result
 
