@@ -123,25 +123,27 @@ def needs_gradient(x, tapes):
     return any(id(x) in t._tracked for t in tapes)
 
 
-def flatten(structure):
-    """Leaves of a nest of lists, tuples and dicts (dict values in key order)."""
+def flatten(structure, what=None):
+    """Leaves of a nest of lists, tuples and dicts (dict values in key order).  ``what`` names the
+    argument in the error raised for a dict whose keys cannot be sorted."""
     if isinstance(structure, Tensor):
         return [structure]
     if isinstance(structure, (list, tuple)):
-        return [leaf for item in structure for leaf in flatten(item)]
+        return [leaf for item in structure for leaf in flatten(item, what)]
     if isinstance(structure, dict):
-        return [leaf for key in sorted_keys(structure) for leaf in flatten(structure[key])]
+        return [leaf for key in sorted_keys(structure, what) for leaf in flatten(structure[key], what)]
     return [structure]
 
 
-def sorted_keys(mapping):
+def sorted_keys(mapping, what=None):
     """A dict's keys in sorted order, the order nests flatten it in (as tf.nest does)."""
     try:
         return sorted(mapping)
     except TypeError:
         types = sorted({type(k).__name__ for k in mapping})
-        raise TypeError(f"nest only supports dicts with sortable keys: a dict of keys {list(mapping)!r} "
-                        f"(types {', '.join(types)}) cannot be flattened, because its values are flattened in "
+        where = f"Argument `{what}` holds a dict" if what else "A dict"
+        raise TypeError(f"nest only supports dicts with sortable keys: {where} with keys {list(mapping)!r} (types "
+                        f"{', '.join(types)}), which cannot be flattened, because its values are flattened in "
                         f"sorted key order. Use keys of one type (all str, or all numbers).") from None
 
 
@@ -237,7 +239,7 @@ class GradientTape:
     # -- watching ----------------------------------------------------------------
     def watch(self, tensor):
         """Track a Tensor, a Variable or a nest of them."""
-        for x in flatten(tensor):
+        for x in flatten(tensor, "tensor"):
             if not isinstance(x, Tensor):
                 raise ValueError(
                     f"Passed in object {x} of type '{type(x).__name__}', not ad.Tensor or ad.Variable.")
@@ -335,7 +337,7 @@ class GradientTape:
         if target is None:
             raise TypeError("Argument `target` should be a list or nested structure of Tensors, Variables or "
                             "CompositeTensors to be differentiated, but received None.")
-        targets = [_as_target(t) for t in flatten(target)]
+        targets = [_as_target(t) for t in flatten(target, "target")]
         flat_sources = check_sources(sources)
         seeds = _seed_gradients(targets, output_gradients)
         try:
@@ -457,7 +459,7 @@ class GradientTape:
 
 def check_sources(sources):
     """The flat sources, each a Tensor or Variable (TypeError otherwise; integer ones only logged)."""
-    flat_sources = flatten(sources)
+    flat_sources = flatten(sources, "sources")
     for s in flat_sources:
         if not isinstance(s, Tensor):
             raise TypeError(f"Argument `sources` should be a Tensor, a Variable or a nested structure of them, but "
@@ -482,7 +484,7 @@ def _seed_gradients(targets, output_gradients):
     """One cotangent per target: ones, or the caller's values broadcast to the target's shape."""
     if output_gradients is None:
         return [_ones_like(t) for t in targets]
-    given = flatten(output_gradients) if isinstance(output_gradients, (list, tuple, dict)) else [output_gradients]
+    given = flatten(output_gradients, "output_gradients") if isinstance(output_gradients, (list, tuple, dict)) else [output_gradients]
     if len(targets) == 1 and len(given) != 1 and isinstance(output_gradients, (list, tuple)):
         given = [output_gradients]   # one target, its cotangent written as a nested list of numbers
     if len(given) != len(targets):

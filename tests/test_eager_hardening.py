@@ -30,8 +30,8 @@ def _recorded_product():
 
 def test_sources_dict_with_mixed_keys_raises_and_keeps_the_tape():
     tape, v, w, y = _recorded_product()
-    with pytest.raises(TypeError, match=r"nest only supports dicts with sortable keys: a dict of keys \['a', 1\] "
-                                        r"\(types int, str\).*Use keys of one type"):
+    with pytest.raises(TypeError, match=r"nest only supports dicts with sortable keys: Argument `sources` holds a "
+                                        r"dict with keys \['a', 1\] \(types int, str\).*Use keys of one type"):
         tape.gradient(y, {"a": v, 1: w})
     assert tape.gradient(y, {"a": v, "b": w}) is not None  # nothing was consumed by the error
     grads = tape.gradient(y, {"a": v, "b": w})
@@ -47,15 +47,15 @@ def test_non_persistent_tape_survives_a_mixed_key_error():
     assert val(tape.gradient(y, v)) == 3.0
 
 
-@pytest.mark.parametrize("where", ["target", "output_gradients", "watch", "nested"])
+@pytest.mark.parametrize("where", ["target", "output_gradients", "tensor", "sources"])
 def test_mixed_keys_anywhere_in_a_nest_raise(where):
     tape, v, w, y = _recorded_product()
-    with pytest.raises(TypeError, match="nest only supports dicts with sortable keys"):
+    with pytest.raises(TypeError, match=f"nest only supports dicts with sortable keys: Argument `{where}` holds"):
         if where == "target":
             tape.gradient({"a": y, 0: y}, v)
         elif where == "output_gradients":
             tape.gradient([y, y], v, output_gradients={"a": 1.0, 0: 1.0})
-        elif where == "watch":
+        elif where == "tensor":
             tape.watch({None: v, "b": w})
         else:
             tape.gradient(y, [v, {"x": (w,), 2: v}])
@@ -354,3 +354,39 @@ def test_maximum_minimum_tie_second_order_is_zero(fn):
     y, dy, d2y = nested_derivatives(lambda t: np.sum(fn(t, 1.0) * 3.0), x, order=2)
     np.testing.assert_array_equal(val(dy), [3.0, 3.0] if fn is np.maximum else [3.0, 0.0])
     assert d2y is None or not np.any(val(d2y))
+
+
+# -- a fuzz of bad arguments to gradient: a result, or an error naming the argument, and nothing lost --------
+
+BAD_VALUES = {
+    "None": None, "str": "a", "bytes": b"x", "float": 1.5, "ndarray": np.ones(2), "numbers": [1.0, 2.0],
+    "mixed_keys": {"a": 1.0, 1: 2.0}, "set": {1, 2}, "callable": len, "complex": np.array([1j, 1j]),
+    "object": object(), "wrong_shape": np.ones(3), "empty": [], "int_tensor": ad.constant([1, 2]),
+}
+ARGUMENT_NAMES = {"target": "`target`", "sources": "`sources`", "output_gradients": "output_gradients",
+                  "unconnected_gradients": "unconnected_gradients"}
+
+
+@pytest.mark.parametrize("bad", BAD_VALUES, ids=str)
+@pytest.mark.parametrize("argument", ARGUMENT_NAMES)
+def test_bad_gradient_arguments_give_a_result_or_an_error_naming_the_argument(argument, bad):
+    x = ad.Variable([1.0, 2.0])
+    with ad.GradientTape() as tape:
+        y = x * x
+    kwargs = dict(target=y, sources=x)
+    kwargs[argument] = BAD_VALUES[bad]
+    try:
+        result = tape.gradient(**kwargs)
+    except (TypeError, ValueError) as err:
+        assert ARGUMENT_NAMES[argument] in str(err), f"{type(err).__name__}: {err}"
+        np.testing.assert_array_equal(val(tape.gradient(y, x)), [2.0, 4.0])   # the error consumed nothing
+        return
+    # accepted: the documented results (TensorFlow's) for these values
+    if argument == "output_gradients":          # None (ones), a number or an array broadcast to the target: a VJP
+        cotangent = 1.0 if BAD_VALUES[bad] is None else val(ad.constant(BAD_VALUES[bad]))
+        expected = 2 * np.array([1.0, 2.0]) * np.broadcast_to(cotangent, (2,))
+        np.testing.assert_allclose(val(result), expected)
+    elif argument == "target":                  # no differentiable target: no gradient
+        assert bad in ("empty", "int_tensor") and result is None
+    else:                                       # no sources: an empty structure; an integer source: None
+        assert (bad, result) in (("empty", []), ("int_tensor", None))
