@@ -435,11 +435,10 @@ class GradientTape:
                     wrapped = object.__new__(Tensor)
                     wrapped._value = total if isinstance(total, (np.ndarray, np.generic)) else np.asarray(total)
                     total = wrapped
-                value, source_value = total._value, s._value
-                if type(value) is not type(source_value) or (  # NumPy scalar types stand for their dtypes
-                        type(value) is _ndarray and value.dtype != source_value.dtype):
-                    if value.dtype != source_value.dtype:
-                        total = _in_dtype(total, source_value.dtype)
+                value, source_value = total._value, s._value  # equal NumPy scalar types: equal dtypes
+                if (type(value) is not type(source_value) or type(value) is _ndarray) \
+                        and value.dtype != source_value.dtype:
+                    total = _in_dtype(total, source_value.dtype)
             result.append(total)
         return result
 
@@ -484,7 +483,8 @@ def _seed_gradients(targets, output_gradients):
     """One cotangent per target: ones, or the caller's values broadcast to the target's shape."""
     if output_gradients is None:
         return [_ones_like(t) for t in targets]
-    given = flatten(output_gradients, "output_gradients") if isinstance(output_gradients, (list, tuple, dict)) else [output_gradients]
+    given = (flatten(output_gradients, "output_gradients") if isinstance(output_gradients, (list, tuple, dict))
+             else [output_gradients])
     if len(targets) == 1 and len(given) != 1 and isinstance(output_gradients, (list, tuple)):
         given = [output_gradients]   # one target, its cotangent written as a nested list of numbers
     if len(given) != len(targets):
