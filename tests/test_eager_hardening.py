@@ -390,4 +390,3 @@ def test_bad_gradient_arguments_give_a_result_or_an_error_naming_the_argument(ar
         assert bad in ("empty", "int_tensor") and result is None
     else:                                       # no sources: an empty structure; an integer source: None
         assert (bad, result) in (("empty", []), ("int_tensor", None))
-
