@@ -188,7 +188,7 @@ round = nondifferentiable(lambda x, decimals=0: np.round(x, decimals), name="rou
 
 def _extremum_vjp(g, ans, x, axis=None, keepdims=False):
     """Share the cotangent equally among the positions that attain the max/min: TensorFlow's reduce_max
-    rule, ``[0.5, 0, 0.5]`` for ``[2, 1, 2]`` (the one rule for ties, eager and compiled)."""
+    rule, ``[0.5, 0, 0.5]`` for ``[2, 1, 2]``, which the compiled adjoint must match (issue 9)."""
     at_extremum = equal(x, _restore_reduced(ans, ans, x, axis, keepdims))
     weights = cast(at_extremum, value(ans).dtype)
     weights = weights / _restore_reduced(sum(weights, axis=axis, keepdims=keepdims), ans, x, axis, keepdims)
