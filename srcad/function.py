@@ -53,6 +53,11 @@ class Function:
     def __repr__(self):
         return f"<ad.function {self.python_function.__qualname__}>"
 
+    def __reduce__(self):
+        """Pickle by source and closure, never the compiled code: see srcad/serialize.py."""
+        from .serialize import reduce_function
+        return reduce_function(self)
+
     def __call__(self, *args, **kwargs):
         args = self._bind(args, kwargs)
         values = tuple(_argument_value(a) for a in args)

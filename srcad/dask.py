@@ -1,0 +1,262 @@
+"""Data-parallel and ensemble gradients of srcad functions on Dask.
+
+A loss summed over the rows of a data set is a sum of per-chunk losses, and
+so is its gradient: each worker runs the compiled function (under a
+``GradientTape``) on the chunks it holds and the partial values and gradients
+are summed in a tree on the cluster.  Only the parameters travel to the
+workers (scattered once per call) and only gradients come back; the data stay
+where Dask keeps them, so persist them once (``data = client.persist(data)``)
+before calling these repeatedly.
+
+The function travels by its source (see :mod:`srcad.serialize`): each worker
+rebuilds and compiles it once, from its own disk cache where it has one, and
+reuses it for every later task.  Without a client, or under one of Dask's
+local schedulers, the same calls run locally.
+
+Needs the ``dask`` extra (``pip install "srcad[dask]"``); ``import srcad``
+never imports this module.
+"""
+
+import contextlib
+import threading
+import traceback
+
+import numpy as np
+
+try:
+    import dask
+    import dask.array as da
+except ImportError as e:  # pragma: no cover - the extra is missing
+    raise ImportError("srcad.dask needs Dask: pip install \"srcad[dask]\" "
+                      "(or pip install \"dask[distributed]\")") from e
+
+from .serialize import registry_stats
+from .tape import GradientTape, UnconnectedGradients
+from .tensor import constant
+
+__all__ = ["value_and_grad", "map_gradients", "worker_stats"]
+
+_FAN_IN = 8                     # partial results summed per reduction task
+_LOCAL_SCHEDULERS = ("sync", "synchronous", "single-threaded", "threads", "threading", "processes", "multiprocessing")
+_COUNTS = {"chunks": 0, "rows": 0}
+_COMPILE_LOCK = threading.RLock()
+
+
+def value_and_grad(f, params, data, *, client=None, argnums=0):
+    """Value and gradient of ``sum over chunks of f(params, *chunks)``, computed where the data are.
+
+    ``data`` is a ``dask.array`` chunked along axis 0 (or a tuple of them with
+    the same number of rows; they are aligned to the first one's chunks, other
+    axes kept whole).  ``f`` is called as ``f(params, *chunks)`` when
+    ``params`` is one array and ``f(*params, *chunks)`` when it is a tuple;
+    it must return a scalar, and the loss is the sum of those scalars.
+    Returns ``(value, gradient)``: a float and NumPy gradients of the
+    parameters ``argnums`` selects (JAX's convention: an int gives one array,
+    a tuple gives a tuple).  With ``jac=True`` it is what
+    ``scipy.optimize.minimize`` expects.
+    """
+    spread = isinstance(params, tuple)
+    values = tuple(_as_parameter(p, f, i) for i, p in enumerate(params if spread else (params,)))
+    picks, single = _argnums(argnums, len(values), f)
+    arrays = _aligned(data, f)
+    starts = np.concatenate([[0], np.cumsum(arrays[0].chunks[0])[:-1]]).astype(int)
+    blocks = [a.to_delayed().reshape(-1) for a in arrays]
+    client = _client(client)
+    # the parameters go out once per call (each worker gets one copy), never once per chunk
+    shipped = client.scatter((f, values), broadcast=True, hash=False) if client is not None else (f, values)
+    parts = [dask.delayed(_chunk_value_and_grad, pure=True)(shipped, picks, spread, int(start),
+                                                             *(b[i] for b in blocks))
+             for i, start in enumerate(starts)]
+    total = _tree_sum(parts)
+    value, grads = _compute(total, client)
+    return value, (grads[0] if single else grads)
+
+
+def map_gradients(f, param_sets, *static, client=None):
+    """The gradient of the scalar ``f(row, *static)`` for every row of the 2-D ``param_sets``.
+
+    An ensemble: rows go out in batches (a few per worker), each task runs
+    the compiled function on its rows one after the other, and the result
+    is one NumPy array shaped like ``param_sets``.  ``static`` (data shared
+    by all rows) is scattered once.
+    """
+    rows = np.asarray(param_sets)
+    if rows.ndim != 2:
+        raise ValueError(f"map_gradients({_name(f)}): param_sets must be 2-D (one parameter set per row), "
+                         f"got shape {rows.shape}")
+    if rows.dtype.kind != "f":
+        rows = rows.astype(np.float64)
+    client = _client(client)
+    workers = len(client.scheduler_info()["workers"]) if client is not None else 1
+    n_batches = max(1, min(len(rows), 4 * max(workers, 1)))
+    shipped = client.scatter((f, static), broadcast=True, hash=False) if client is not None else (f, static)
+    bounds = np.linspace(0, len(rows), n_batches + 1).astype(int)
+    tasks = [dask.delayed(_gradient_rows, pure=True)(shipped, rows[a:b], int(a))
+             for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    if not tasks:
+        return np.zeros_like(rows)
+    if client is not None:
+        parts = client.gather(client.compute(tasks))
+    else:
+        parts = dask.compute(*tasks)
+    return np.concatenate(parts).reshape(rows.shape)
+
+
+def worker_stats():
+    """What this process has done for srcad.dask: ``chunks`` and ``rows`` evaluated, and its function
+    registry (``rebuilt``, ``reused``, ``compiled`` per function); ``client.run(worker_stats)`` asks
+    every worker."""
+    return {**_COUNTS, **registry_stats()}
+
+
+# --- on the workers -------------------------------------------------------------------------------
+
+def _chunk_value_and_grad(shipped, picks, spread, start, *chunks):
+    f, values = shipped
+    chunks = tuple(_owned(c) for c in chunks)
+    _COUNTS["chunks"] += 1
+    try:
+        params = [constant(v) for v in values]
+        with _first_compile(f), GradientTape() as tape:
+            tape.watch([params[i] for i in picks])
+            loss = f(*params, *chunks) if spread else f(params[0], *chunks)
+        _check_scalar(loss, f)
+        grads = tape.gradient(loss, [params[i] for i in picks], unconnected_gradients=UnconnectedGradients.ZERO)
+    except Exception as e:
+        raise _located(e, f, f"rows {start}:{start + len(chunks[0])} of the data") from e
+    return float(np.asarray(_raw(loss))), tuple(np.asarray(_raw(g), dtype=np.float64) for g in grads)
+
+
+def _gradient_rows(shipped, rows, start):
+    f, static = shipped
+    out = np.empty_like(rows)
+    for i in range(len(rows)):
+        _COUNTS["rows"] += 1
+        try:
+            x = constant(rows[i].copy())
+            with _first_compile(f), GradientTape() as tape:
+                tape.watch(x)
+                y = f(x, *static)
+            _check_scalar(y, f)
+            out[i] = np.asarray(_raw(tape.gradient(y, x, unconnected_gradients=UnconnectedGradients.ZERO)))
+        except Exception as e:
+            raise _located(e, f, f"param_sets row {start + i}") from e
+    return out
+
+
+def _first_compile(f):
+    """Threads of one worker (or the local threaded scheduler) take turns for a function's first
+    compile: one compiles (or loads from the disk cache), the others then reuse it."""
+    return _COMPILE_LOCK if getattr(f, "_transforms", None) == {} else contextlib.nullcontext()
+
+
+def _sum(*parts):
+    value = sum(p[0] for p in parts)
+    grads = tuple(sum(g) for g in zip(*(p[1] for p in parts)))
+    return value, grads
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+def _tree_sum(parts):
+    while len(parts) > 1:
+        parts = [dask.delayed(_sum, pure=True)(*parts[i:i + _FAN_IN]) if len(parts[i:i + _FAN_IN]) > 1
+                 else parts[i] for i in range(0, len(parts), _FAN_IN)]
+    return parts[0]
+
+
+def _compute(total, client):
+    if client is not None:
+        return client.compute(total, sync=True)
+    return dask.compute(total)[0]
+
+
+def _client(client):
+    """The distributed client to use: the one given, else the default one, unless Dask's configured
+    scheduler is a local one (then None: run locally)."""
+    if client is not None:
+        return client
+    if dask.config.get("scheduler", None) in _LOCAL_SCHEDULERS:
+        return None
+    try:
+        from distributed import default_client
+        return default_client()
+    except (ImportError, ValueError):
+        return None
+
+
+def _as_parameter(p, f, i):
+    a = np.asarray(_raw(p))
+    if a.dtype.kind in "biu":
+        a = a.astype(np.float64)
+    if a.dtype.kind != "f":
+        raise TypeError(f"value_and_grad({_name(f)}): parameter {i} must be a float array, got dtype {a.dtype}")
+    return a
+
+
+def _argnums(argnums, n, f):
+    single = isinstance(argnums, int)
+    picks = (argnums,) if single else tuple(argnums)
+    for k in picks:
+        if not isinstance(k, int) or not -n <= k < n:
+            raise ValueError(f"value_and_grad({_name(f)}): argnums={argnums!r} does not select among the "
+                             f"{n} parameter(s); pass ints in range({n})")
+    return tuple(k % n for k in picks), single
+
+
+def _aligned(data, f):
+    arrays = data if isinstance(data, tuple) else (data,)
+    if not arrays:
+        raise ValueError(f"value_and_grad({_name(f)}): data is an empty tuple; pass a dask array or a tuple of them")
+    first = next((a for a in arrays if isinstance(a, da.Array)), None)
+    rows = np.shape(arrays[0])[0] if np.ndim(arrays[0]) else None
+    out = []
+    for a in arrays:
+        if not isinstance(a, da.Array):
+            a = da.from_array(np.asarray(a), chunks=-1)
+        if a.ndim == 0 or a.shape[0] != rows:
+            raise ValueError(f"value_and_grad({_name(f)}): every data array must have the same number of rows "
+                             f"(axis 0); got shapes {[np.shape(x) for x in arrays]}")
+        chunks = (first.chunks[0] if first is not None else (rows,),) + tuple((s,) for s in a.shape[1:])
+        out.append(a if a.chunks == chunks else a.rechunk(chunks))
+    return tuple(out)
+
+
+def _owned(c):
+    """A writeable, aligned, C-contiguous array: what arrives from another worker can be read-only or
+    unaligned, and each of those is a different Numba type (another compile)."""
+    c = np.asarray(c)
+    flags = c.flags
+    return c if flags.writeable and flags.aligned and flags.c_contiguous else np.array(c, order="C")
+
+
+def _raw(x):
+    return x.numpy() if hasattr(x, "numpy") else x
+
+
+def _check_scalar(y, f):
+    if np.ndim(_raw(y)) != 0:
+        raise ValueError(f"{_name(f)} must return a scalar (the loss of its chunk or row); it returned shape "
+                         f"{np.shape(_raw(y))}")
+
+
+def _name(f):
+    return getattr(f, "__qualname__", None) or repr(f)
+
+
+def _located(e, f, where):
+    """``e`` restated with the user's function and line (the failing line where Python saw it, else the
+    function's ``def`` line: compiled code does not report lines at run time)."""
+    pyfunc = getattr(f, "python_function", f)
+    code = getattr(pyfunc, "__code__", None)
+    src = getattr(pyfunc, "__srcad_source__", None)
+    filename = src.filename if src is not None else getattr(code, "co_filename", "?")
+    line = src.first_line if src is not None else getattr(code, "co_firstlineno", "?")
+    for frame, lineno in traceback.walk_tb(e.__traceback__):
+        if code is not None and frame.f_code is code:
+            line = lineno
+    message = f"{_name(f)} ({filename}, line {line}) failed on {where}: {type(e).__name__}: {e}"
+    try:
+        return type(e)(message)
+    except Exception:
+        return RuntimeError(message)
