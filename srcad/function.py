@@ -8,8 +8,12 @@ tape (nesting, jacobians, stop_gradient, custom_gradient) treats that node like
 any eager operation.
 """
 
+import builtins
 import functools
 import inspect
+import os
+import threading
+import types
 
 import numpy as np
 
@@ -23,32 +27,60 @@ __all__ = ["function", "show_source", "Function"]
 _KINDS = ("primal", "forward", "adjoint")
 
 
-def function(pyfunc=None, *, target="cpu"):
+def function(pyfunc=None, *, target="cpu", boundscheck=None):
     """Compile ``pyfunc`` (plain numeric Python) into a differentiable function.
 
-    Usable as ``@ad.function`` or ``@ad.function(target="cpu")``.
+    Usable as ``@ad.function`` or ``@ad.function(target="cpu", boundscheck=True)``.
+    ``boundscheck=True`` makes an index out of range in the compiled primal,
+    forward and adjoint raise IndexError, as Python does; it is off by default
+    because it slows compiled loops (see benchmarks/README.md), and then such
+    an index reads garbage or crashes the process. None (the default) follows
+    the environment variable ``SRCAD_BOUNDSCHECK=1``.
     """
     if target != "cpu":
         raise ValueError(f"@ad.function: target={target!r} is not available; use target='cpu'")
+    if boundscheck not in (None, True, False):
+        raise TypeError(f"@ad.function: boundscheck must be True, False or None, got {boundscheck!r}")
     if pyfunc is None:
-        return functools.partial(function, target=target)
+        return functools.partial(function, target=target, boundscheck=boundscheck)
     if isinstance(pyfunc, Function):
         return pyfunc
     if not inspect.isfunction(pyfunc):
         raise TypeError(f"@ad.function expects a Python function, got {pyfunc!r} of type {type(pyfunc).__name__}")
-    return Function(pyfunc)
+    return Function(pyfunc, boundscheck)
 
 
 class Function:
-    """A user function with its compiled primal, forward and adjoint, one set per signature."""
+    """A user function with its compiled primal, forward and adjoint, one set per signature.
 
-    def __init__(self, pyfunc):
+    Module globals and closure variables the function (or a helper it calls)
+    reads are constants of the compiled code, as in Numba: their values are
+    taken at the first compile and every later compile of this function (a
+    new signature, or the call under a tape) uses the same values, so the plain
+    call and the gradient always agree. After changing one, call
+    ``f.recompile()`` to compile with the new values. The source is the one
+    at decoration time. Compiling is thread-safe: concurrent first calls
+    compile once and the others wait.
+    """
+
+    def __init__(self, pyfunc, boundscheck=None):
         self.python_function = pyfunc
         capture_source(pyfunc)   # what is compiled is the source as it is now, not after later edits
         self._signature = inspect.signature(pyfunc)
+        self._boundscheck = boundscheck
+        self._lock = threading.RLock()
         self._transforms = {}
+        self._frozen = None      # (pyfunc with its globals as at the first compile, boundscheck)
         self._last = None
         functools.update_wrapper(self, pyfunc)
+
+    def recompile(self):
+        """Drop the compiled code: the next call compiles again, with the current values
+        of the globals it reads (and of ``SRCAD_BOUNDSCHECK``)."""
+        with self._lock:
+            self._transforms = {}
+            self._frozen = None
+            self._last = None
 
     def __repr__(self):
         return f"<ad.function {self.python_function.__qualname__}>"
@@ -67,6 +99,8 @@ class Function:
         transformed = self._transform(values, active)
         if not any(active):
             return _wrap_outputs(transformed.primal(*values))
+        if transformed.written_params:
+            self._refuse_shared_memory(values, transformed.written_params)
         outputs, saved = transformed.forward(*values)
         wrapped = _wrap_outputs(outputs)
         flat = wrapped if isinstance(wrapped, tuple) else (wrapped,)
@@ -85,17 +119,62 @@ class Function:
         return tuple(bound.arguments.values())
 
     def _transform(self, values, active):
-        key = (tuple(map(_type_key, values)), active)
-        transformed = self._transforms.get(key)
+        try:
+            key = (tuple(map(_type_key, values)), active)
+            transformed = self._transforms.get(key)
+        except (ValueError, TypeError):    # numba.typeof of something Numba cannot type
+            key = transformed = None
         if transformed is None:
-            import numba  # the compiler (and Numba) load on the first compiled call, not on `import srcad`
-
-            from .compiler import transform
-
-            transformed = self._transforms[key] = transform(
-                self.python_function, tuple(numba.typeof(v) for v in values), active)
+            self._check_arguments(values)
+            key = (tuple(map(_type_key, values)), active)
+            with self._lock:
+                transformed = self._transforms.get(key)
+                if transformed is None:
+                    transformed = self._transforms[key] = self._compile(values, active)
         self._last = transformed
         return transformed
+
+    def _compile(self, values, active):
+        import numba  # the compiler (and Numba) load on the first compiled call, not on `import srcad`
+
+        from .compiler import TransformError, transform
+
+        if self._frozen is None:
+            boundscheck = self._boundscheck
+            if boundscheck is None:
+                boundscheck = os.environ.get("SRCAD_BOUNDSCHECK", "0") not in ("", "0")
+            self._frozen = (_frozen_function(self.python_function, {}), boundscheck)
+        types_ = tuple(numba.typeof(v) for v in values)
+        try:
+            return transform(self._frozen[0], types_, active, boundscheck=self._frozen[1])
+        except TransformError as exc:
+            if "Numba cannot compile" not in str(exc):
+                raise
+            called = ", ".join(f"{p}: {t}" for p, t in zip(self._signature.parameters, types_))
+            raise TransformError(f"{exc}\n  {self.__name__} was called with {called}; an argument of another "
+                                 f"rank or dtype than the function body expects makes it invalid") from None
+
+    def _check_arguments(self, values):
+        """Refuse, naming the parameter, what the compiled code cannot take (before Numba's typing errors)."""
+        for p, v in zip(self._signature.parameters, values):
+            problem = _unsupported(v)
+            if problem:
+                raise TypeError(f"{self.__name__}(): argument `{p}` is {problem}; expected a float, int or bool "
+                                f"scalar, a NumPy array (or Tensor) of them, or a tuple of those")
+
+    def _refuse_shared_memory(self, values, written):
+        """An argument the function writes into must not share memory with another argument
+        (``f(v, v.numpy())``): the write would change that input behind the tape's back."""
+        params = list(self._signature.parameters)
+        for p in written:
+            i = params.index(p)
+            for j, other in enumerate(values):
+                if j != i and isinstance(other, np.ndarray) and isinstance(values[i], np.ndarray) \
+                        and np.may_share_memory(values[i], other) and np.shares_memory(values[i], other):
+                    raise ValueError(
+                        f"{self.__name__}(): argument `{p}`, which the function writes into, shares memory with "
+                        f"argument `{params[j]}`; the gradient would be wrong and `{params[j]}` changed. "
+                        f"Pass a copy: {p}=np.copy(...)")
 
     def source(self, kind="adjoint", *example_args):
         """Generated source of ``kind`` for ``example_args`` (all float arguments active),
@@ -199,6 +278,64 @@ def _type_key(v):
 
 
 _SCALAR_TYPES = frozenset((float, int, bool, complex, np.float32, np.float64, np.int32, np.int64, np.bool_))
+
+
+def _unsupported(v):
+    """Why an argument value cannot go to compiled code, or None."""
+    if isinstance(v, tuple):
+        return next((f"a tuple holding {p}" for p in map(_unsupported, v) if p), None)
+    if isinstance(v, (np.ndarray, np.generic)):
+        kind = v.dtype.kind
+        if kind == "c":
+            return f"a complex array ({v.dtype}); complex numbers are not supported"
+        return None if kind in "fiub" else f"a NumPy value of dtype {v.dtype}"
+    if isinstance(v, complex):
+        return "a complex number; complex numbers are not supported"
+    if isinstance(v, (bool, int, float)):
+        return None
+    return f"{type(v).__name__} {_short_repr(v)}"
+
+
+def _short_repr(v):
+    r = repr(v)
+    return r if len(r) <= 40 else r[:37] + "..."
+
+
+def _frozen_function(fn, memo):
+    """A copy of `fn` whose globals and closure cells hold the values they have now
+    (the names it reads; helpers it calls copied the same way), so that later
+    compiles see the globals of the first one."""
+    from .compiler.frontend import canonical_callable, is_stop_gradient, unwrap
+
+    if id(fn) in memo:
+        return memo[id(fn)]
+
+    def frozen(value):
+        if canonical_callable(value) or is_stop_gradient(value):
+            return value
+        plain = unwrap(value)
+        module = getattr(plain, "__module__", None) or ""
+        if inspect.isfunction(plain) and not module.startswith(("numpy", "numba", "srcad.")):
+            return _frozen_function(plain, memo)
+        return value
+
+    g = fn.__globals__
+    scope = {"__builtins__": g.get("__builtins__", builtins), "__name__": g.get("__name__")}
+    cells = tuple(types.CellType() for _ in fn.__code__.co_freevars) if fn.__closure__ else None
+    copy = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, cells)
+    copy.__kwdefaults__, copy.__qualname__ = fn.__kwdefaults__, fn.__qualname__
+    capture_source(fn)
+    copy.__dict__.update(fn.__dict__)
+    memo[id(fn)] = copy
+    for name in fn.__code__.co_names:
+        if name in g:
+            scope[name] = frozen(g[name])
+    for new, old in zip(cells or (), fn.__closure__ or ()):
+        try:
+            new.cell_contents = frozen(old.cell_contents)
+        except ValueError:         # a cell not filled yet
+            pass
+    return copy
 
 
 def _is_float(v):

@@ -11,13 +11,30 @@ Compile time: the transform needs only the primal's types, so `infer_types`
 runs Numba's frontend and type inference without lowering; `load_cached`
 loads cached machine code without first initialising all of Numba's CPU
 target (see each for the numbers).
+
+The cache is code this process will run, so it is kept private and checked
+(see `cache_dir`, `read_module`, `load_cached`): directory mode 0700, every
+file the user's own, each module verified against the content hash written
+with it, writes through fresh O_EXCL files renamed into place, one process at
+a time per entry (`entry_lock`). Anything that fails these checks or cannot
+be loaded is discarded and compiled again, with one `CacheWarning`.
 """
+import atexit
+import contextlib
+import fcntl
+import glob
 import hashlib
-import importlib.util
 import json
 import os
 import re
+import secrets
+import shutil
+import stat
 import sys
+import tempfile
+import threading
+import types
+import warnings
 from pathlib import Path
 
 import numba
@@ -27,11 +44,82 @@ from .frontend import TransformError
 _HERE = Path(__file__).parent
 
 
+class CacheWarning(UserWarning):
+    """The on-disk cache was not used as is (foreign, corrupted or unwritable); srcad compiled anyway."""
+
+
+_LOCK = threading.RLock()     # warnings issued, the private fallback directory, module imports
+_WARNED = set()
+_PRIVATE = None
+_REFUSED = {}                 # configured root -> why it was refused (a failed write, this process)
+_HASH_LINE = "# srcad-sha256: "
+
+
+def warn_once(key, message):
+    with _LOCK:
+        if key in _WARNED:
+            return
+        _WARNED.add(key)
+    warnings.warn(message, CacheWarning, stacklevel=3)
+
+
+def _not_private(path, st):
+    """Why a cache directory or file found on disk must not be trusted, or None."""
+    if st.st_uid != os.getuid():
+        return f"{path} is owned by uid {st.st_uid}, not by you (uid {os.getuid()})"
+    if st.st_mode & 0o022:
+        return f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def _prepare(root):
+    """Create `root` (mode 0700) and Numba's __pycache__ in it; why it cannot be used, or None."""
+    try:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (root / "__pycache__").mkdir(mode=0o700, exist_ok=True)
+        for d in (root, root / "__pycache__"):
+            problem = _not_private(d, os.stat(d))
+            if problem:
+                return problem
+    except OSError as e:
+        return f"it cannot be created ({e.strerror or e})"
+    if not os.access(root, os.W_OK | os.X_OK) or not os.access(root / "__pycache__", os.W_OK | os.X_OK):
+        return "it is not writable"
+    return None
+
+
+def _private_dir():
+    """A fresh directory only this process uses (mkdtemp: mode 0700), removed at exit."""
+    global _PRIVATE
+    if _PRIVATE is None:
+        _PRIVATE = Path(tempfile.mkdtemp(prefix="srcad-"))
+        (_PRIVATE / "__pycache__").mkdir(mode=0o700)
+        atexit.register(shutil.rmtree, _PRIVATE, True)
+    return _PRIVATE
+
+
 def cache_dir():
-    root = os.environ.get("SRCAD_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "srcad")
-    path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """The cache directory: $SRCAD_CACHE_DIR, else ~/.cache/srcad, created with mode 0700.
+
+    Code loaded from it runs in this process, so it must be the user's own: a
+    directory owned by another user, writable by group or others, or one that
+    cannot be created or written is refused with one warning, and this process
+    compiles into a private temporary directory instead."""
+    root = Path(os.environ.get("SRCAD_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "srcad"))
+    problem = _REFUSED.get(root) or _prepare(root)
+    if problem is None:
+        return root
+    with _LOCK:
+        private = _private_dir()
+    warn_once(("dir", root), f"srcad: not using the cache directory {root}: {problem}. Compiling into the "
+                             f"private temporary directory {private} for this process instead; set "
+                             f"SRCAD_CACHE_DIR to a directory of your own (mode 0700) to keep compiled code.")
+    return private
+
+
+def refuse(root, error):
+    """Stop using `root` in this process after a failed write into it (full disk...)."""
+    _REFUSED[Path(root)] = f"writing into it failed ({error.strerror or error})"
 
 
 _COMPILER_HASH = None
@@ -48,44 +136,130 @@ def compiler_hash():
     return _COMPILER_HASH
 
 
-def cache_key(primal_source, arg_types, active):
+def cache_key(primal_source, arg_types, active, options=()):
+    """`options`: the compile options (Numba's own cache does not key on them)."""
     h = hashlib.sha256(compiler_hash().encode())
+    h.update(repr(tuple(options)).encode())
     h.update(primal_source.encode())
     h.update(repr([str(t) for t in arg_types]).encode())
     h.update(repr(list(active)).encode())
     return h.hexdigest()[:20]
 
 
-def _write_atomic(path, text):
-    """Write via a per-process temporary file, so concurrent processes never read half a file."""
-    tmp = Path(path).with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+def _write_atomic(path, data):
+    """Write `data` (bytes) via a new file with a random name in the same directory (O_EXCL:
+    never through a planted file or symlink), then rename it over `path`, so that readers
+    never see half a file."""
+    path = Path(path)
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename is None:
+            exc.filename = str(tmp)       # a full disk: say where (transform gives up this directory)
+        raise
+
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def _discard(path, why):
+    warn_once(("file", str(path)), f"srcad: discarded the cache file {path} ({why}); compiling it again.")
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def _read_own(path):
+    """The bytes of a cache file, or None when it is missing or not the user's own (then discarded)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as e:       # ELOOP: a symlink planted in the cache
+        _discard(path, f"cannot open it safely: {e.strerror or e}")
+        return None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        problem = "not a regular file" if not stat.S_ISREG(st.st_mode) else _not_private(path, st)
+        if problem:
+            _discard(path, problem)
+            return None
+        return f.read()
+
+
+def content_hash(text):
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def read_module(path):
+    """A generated module's source, checked against the content hash written with it;
+    None when it is missing, or (discarded, with a warning) truncated, corrupted or foreign."""
+    data = _read_own(path)
+    if data is None:
+        return None
+    try:
+        text = data.decode()
+        body, _, last = text[:-1].rpartition("\n")
+        if not text.endswith("\n") or last != _HASH_LINE + content_hash(body + "\n"):
+            raise ValueError
+    except ValueError:
+        _discard(path, "its content does not match the hash recorded when it was written: truncated or changed")
+        return None
+    return body + "\n"
 
 
 def write_module(path, source):
-    path = Path(path)
-    if not (path.exists() and path.read_text() == source):
-        _write_atomic(path, source)
+    """Write a generated module, its content hash as the last line (see read_module)."""
+    if not source.endswith("\n"):
+        source += "\n"
+    if read_module(path) != source:
+        _write_atomic(path, (source + _HASH_LINE + content_hash(source) + "\n").encode())
     return path
 
 
-def import_module(path):
+def import_source(path, source):
+    """Import the generated module `source` (already verified, or just written) as the file
+    `path`, executing exactly that text: never re-reading the file, nor a bytecode cache."""
     name = "srcad_generated_" + Path(path).stem
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
+    digest = content_hash(source)
+    with _LOCK:
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "__srcad_sha256__", None) == digest \
+                and module.__file__ == str(path):
+            return module
+        module = types.ModuleType(name)
+        module.__file__ = str(path)
+        exec(compile(source, str(path), "exec"), module.__dict__)
+        module.__srcad_sha256__ = digest
+        sys.modules[name] = module
     return module
 
 
-def jit(function):
+@contextlib.contextmanager
+def entry_lock(root, base):
+    """An exclusive lock (fcntl.flock) on one cache entry, so that processes sharing
+    the cache generate and write an entry one at a time."""
+    fd = os.open(Path(root) / f"{base}.lock", os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def jit(function, boundscheck=False):
     # no_cfunc_wrapper: the C-callable wrapper Numba builds by default (for
     # first-class function values) is never used for generated code, and for a
     # forward that returns a large `saved` tuple it is a fifth of the LLVM IR.
-    return numba.njit(cache=True, no_cfunc_wrapper=True)(function)
+    # error_model="numpy": x / 0, log(0), the adjoint of sqrt at 0 give inf and
+    # nan, as the eager tape and NumPy do, instead of raising ZeroDivisionError.
+    return numba.njit(cache=True, no_cfunc_wrapper=True, error_model="numpy",
+                      boundscheck=boundscheck)(function)
 
 
 def load_cached(dispatcher, args):
@@ -97,29 +271,70 @@ def load_cached(dispatcher, args):
     (scipy.linalg included): ~0.3 s in a fresh process, though nothing that is
     loaded from the cache needs them. This mirrors the cache-hit branch of
     Dispatcher.compile minus that refresh; any later compile refreshes as
-    usual. Returns True when the overload is there afterwards; False (having
-    changed nothing) on a cache miss or anything unexpected, and the caller
-    then simply calls the dispatcher.
-    """
-    try:
-        from numba.core.compiler_lock import global_compiler_lock
-        from numba.core.runtime import rtsys
+    usual. Returns True when the overload is there afterwards; False on a cache
+    miss or anything unexpected, and the caller then simply calls the dispatcher.
 
-        with global_compiler_lock:
+    Numba unpickles its index and data files, and a truncated one makes every
+    later compile fail: files not the user's own are discarded first, and an
+    entry that cannot be loaded (even with the full refresh) is discarded with
+    a warning and compiled again.
+    """
+    from numba.core.compiler_lock import global_compiler_lock
+    from numba.core.runtime import rtsys
+
+    with global_compiler_lock:
+        try:
             sig = tuple(dispatcher.typeof_pyval(a) for a in args)
-            if sig in dispatcher.overloads:
-                return True
-            ctx = dispatcher.targetctx
-            rtsys.initialize(ctx)
-            cres = dispatcher._cache._load_overload(sig, ctx)
-            if cres is None or cres.objectmode:
-                return False
-            ctx.insert_user_function(cres.entry_point, cres.fndesc, [cres.library])
-            dispatcher.add_overload(cres)
-            dispatcher._cache_hits[sig] += 1
+        except Exception:
+            return False
+        if sig in dispatcher.overloads:
             return True
-    except Exception:
-        return False
+        cache = getattr(dispatcher, "_cache", None)
+        index = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
+        if index is None:
+            return False
+        _check_numba_files(index)
+        ctx = dispatcher.targetctx
+        try:
+            rtsys.initialize(ctx)
+            cres = cache._load_overload(sig, ctx)
+        except Exception:
+            try:
+                cres = cache.load_overload(sig, ctx)      # with Numba's refresh
+            except Exception as exc:
+                _discard_numba_entry(index, exc)
+                return False
+        if cres is None or cres.objectmode:
+            return False
+        ctx.insert_user_function(cres.entry_point, cres.fndesc, [cres.library])
+        dispatcher.add_overload(cres)
+        dispatcher._cache_hits[sig] += 1
+        return True
+
+
+def _numba_files(index):
+    """Numba's index file of one function and its data files (<base>.nbi, <base>.<n>.nbc)."""
+    base = index[:-len(".nbi")] if index.endswith(".nbi") else index
+    return glob.glob(glob.escape(base) + ".*")
+
+
+def _check_numba_files(index):
+    for path in _numba_files(index):
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISLNK(st.st_mode) or st.st_uid != os.getuid():
+            _discard(path, "a symlink" if stat.S_ISLNK(st.st_mode) else
+                     f"owned by uid {st.st_uid}, not by you (uid {os.getuid()})")
+
+
+def _discard_numba_entry(index, exc):
+    warn_once(("numba", index), f"srcad: discarded Numba's cache of {Path(index).name} in {Path(index).parent} "
+                                f"(it cannot be loaded: {type(exc).__name__}: {exc}); compiling it again.")
+    for path in _numba_files(index):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 class Typed:
@@ -206,11 +421,20 @@ def user_error(exc, path, origins, func_name):
 
 
 def save_meta(path, meta):
-    _write_atomic(path, json.dumps(meta))
+    _write_atomic(path, json.dumps(meta).encode())
 
 
-def load_meta(path):
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+def load_meta(path, keys):
+    """A cache entry's description (a JSON object with `keys`), or None when it is
+    missing, or (discarded, with a warning) unreadable, foreign or incomplete."""
+    data = _read_own(path)
+    if data is None:
         return None
+    try:
+        meta = json.loads(data)
+        if not isinstance(meta, dict) or not set(keys) <= set(meta):
+            raise ValueError
+    except ValueError:
+        _discard(path, "truncated or corrupted")
+        return None
+    return meta

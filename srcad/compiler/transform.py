@@ -1,13 +1,16 @@
 """The compiler's entry point and the object the tape integration uses."""
+import threading
+from pathlib import Path
+
 from numba.core import errors as nb_errors
 from numba.core import types as nt
 
-from .activity import Analysis, is_float, unify_types
-from .backend import (Typed, cache_dir, cache_key, import_module, infer_types, jit, load_cached, load_meta, save_meta,
-                      user_error, write_module)
+from .activity import Analysis, is_float, unify_types, walk
+from .backend import (Typed, cache_dir, cache_key, content_hash, entry_lock, import_source, infer_types, jit,
+                      load_cached, load_meta, read_module, refuse, save_meta, user_error, write_module)
 from .codegen import HEADER, primal_source
 from .frontend import load
-from .normalize import lower
+from .normalize import Store, lower
 from .reverse import Reverse
 
 
@@ -34,10 +37,14 @@ class Transformed:
 
     ``n_outputs``, ``returns_tuple`` and ``output_types`` (numba types, None
     when loaded from the disk cache) describe the outputs; ``source(kind)`` gives the generated source of
-    "primal", "forward" or "adjoint".
+    "primal", "forward" or "adjoint". ``written_params`` names the parameters
+    the function writes into (``a[i] = ...``, ``a += ...``, also through an
+    alias): an argument that shares memory with one of them would be changed
+    behind the tape's back, so the caller refuses that.
     """
 
-    def __init__(self, name, primal, forward, adjoint, sources, returns_tuple, output_types, active):
+    def __init__(self, name, primal, forward, adjoint, sources, returns_tuple, output_types, active,
+                 written_params=()):
         self.name = name
         self.primal, self.forward, self.adjoint = primal, forward, adjoint
         self.sources = sources
@@ -45,6 +52,7 @@ class Transformed:
         self.output_types = output_types
         self.n_outputs = len(output_types)
         self.active = active
+        self.written_params = tuple(written_params)
 
     def source(self, kind="adjoint"):
         if kind not in self.sources:
@@ -59,20 +67,22 @@ class Checked:
     """A Numba dispatcher whose compile errors name the user's function and line
     instead of the generated code. Attributes are the dispatcher's."""
 
-    def __init__(self, dispatcher, path, origins, name, cached=True):
+    def __init__(self, dispatcher, path, origins, name):
         self.dispatcher = dispatcher
         self._where = (path, origins, name)
-        self._try_cache = cached
+        self._try_cache = True
 
     def __call__(self, *args):
         if self._try_cache:
-            # First call: a light load from Numba's disk cache (see load_cached).
+            # First call: a light (and checked) load from Numba's disk cache (see load_cached).
             self._try_cache = False
             load_cached(self.dispatcher, args)
         try:
             return self.dispatcher(*args)
         except (nb_errors.TypingError, nb_errors.UnsupportedError, nb_errors.LoweringError) as exc:
             raise user_error(exc, *self._where) from None
+        except IndexError as exc:   # boundscheck=True
+            raise IndexError(f"{self._where[2]}: an index is out of range in the compiled code ({exc})") from None
 
     def __getattr__(self, name):
         return getattr(self.dispatcher, name)
@@ -95,13 +105,35 @@ def _split_outputs(return_type, returns_tuple):
     return [return_type]
 
 
-def transform(pyfunc, arg_types, active):
+_COMPILE_LOCK = threading.RLock()
+_META_KEYS = ("sources", "returns_tuple", "n_outputs", "written_params", "module_sha256")
+
+
+def transform(pyfunc, arg_types, active, boundscheck=False):
     """Parse, transform and compile `pyfunc` for `arg_types` (numba types),
     differentiating the arguments whose `active` flag is True.
 
     Only Numba's type inference runs on the primal here (its types drive the
     transform); the primal itself is compiled when it is first called, so a
-    gradient compiles two functions (forward and adjoint), not three."""
+    gradient compiles two functions (forward and adjoint), not three.
+    `boundscheck`: compiled indexing raises IndexError when out of range
+    (Numba's boundscheck; costs run time).
+
+    One transform at a time in a process (they share generated modules), and
+    one process at a time per cache entry (`entry_lock`); a cache directory
+    that fails a write is given up for a private one (`backend.cache_dir`)."""
+    with _COMPILE_LOCK:
+        root = cache_dir()
+        try:
+            return _transform(pyfunc, arg_types, active, bool(boundscheck), root)
+        except OSError as exc:
+            if exc.filename is None or root not in Path(exc.filename).parents:
+                raise
+            refuse(root, exc)
+            return _transform(pyfunc, arg_types, active, bool(boundscheck), cache_dir())
+
+
+def _transform(pyfunc, arg_types, active, boundscheck, root):
     arg_types = tuple(arg_types)
     active = tuple(bool(a) for a in active)
     info = load(pyfunc)
@@ -111,23 +143,31 @@ def transform(pyfunc, arg_types, active):
     primal_w = primal_source(program, f"{fname}_primal")
     primal_text = primal_w.text()
     primal_src = HEADER + "\n\n" + primal_text
-    key = cache_key(primal_src, arg_types, active)
-    root = cache_dir()
+    options = (("boundscheck", boundscheck),)
+    key = cache_key(primal_src, arg_types, active, options)
     base = f"{fname}_{key}"
     # One primal module per signature, shared by every active mask: a plain
     # call and a gradient of the same signature compile / type it once.
-    primal_path = root / f"{fname}_{cache_key(primal_src, arg_types, ())}_primal.py"
+    primal_path = root / f"{fname}_{cache_key(primal_src, arg_types, (), options)}_primal.py"
     module_path = root / f"{base}.py"
     offset = primal_src.count("\n") - primal_text.count("\n")
     primal_origins = [None] * offset + primal_w.origins
-    meta = load_meta(root / f"{base}.json")
-    if meta is not None and module_path.exists() and primal_path.exists():
-        primal = _lazy_primal(primal_path, primal_origins, fname)
-        forward, adjoint = _load(module_path, [], fname, cached=True)
-        return Transformed(fname, primal, forward, adjoint, meta["sources"], meta["returns_tuple"],
-                           [None] * meta["n_outputs"], active)
-    write_module(primal_path, primal_src)
-    primal = _lazy_primal(primal_path, primal_origins, fname)
+    with entry_lock(root, base):
+        write_module(primal_path, primal_src)
+        primal = _lazy_primal(primal_path, primal_src, primal_origins, fname, boundscheck)
+        meta = load_meta(root / f"{base}.json", _META_KEYS)
+        module_src = read_module(module_path) if meta is not None else None
+        if module_src is not None and content_hash(module_src) == meta["module_sha256"]:
+            forward, adjoint = _load(module_path, module_src, [], fname, boundscheck)
+            return Transformed(fname, primal, forward, adjoint, meta["sources"], meta["returns_tuple"],
+                               [None] * meta["n_outputs"], active, meta["written_params"])
+        return _generate(program, info, primal, primal_text, primal_path, primal_origins, arg_types, active,
+                         boundscheck, module_path, root / f"{base}.json")
+
+
+def _generate(program, info, primal, primal_text, primal_path, primal_origins, arg_types, active, boundscheck,
+              module_path, meta_path):
+    fname = info.name
     try:
         typed = _primal_types(primal, arg_types, compile_it=not any(active))
     except (nb_errors.TypingError, nb_errors.UnsupportedError, nb_errors.LoweringError, NameError) as exc:
@@ -137,6 +177,7 @@ def transform(pyfunc, arg_types, active):
         types[p] = t
     analysis = Analysis(program, types, active)
     analysis.check()
+    written = _written_params(program, analysis)
     rev = Reverse(program, analysis, program.names, fname)
     forward_w = rev.forward_source()
     adjoint_w = rev.adjoint_source(active)
@@ -145,11 +186,19 @@ def transform(pyfunc, arg_types, active):
     module_src = head + sources["forward"] + "\n\n" + sources["adjoint"]
     origins = [None] * head.count("\n") + forward_w.origins + [None, None] + adjoint_w.origins
     write_module(module_path, module_src)
-    forward, adjoint = _load(module_path, origins, fname, cached=False)
+    forward, adjoint = _load(module_path, module_src, origins, fname, boundscheck)
     outputs = _split_outputs(typed.return_type, program.returns_tuple)
-    save_meta(root / f"{base}.json", {"sources": sources, "returns_tuple": program.returns_tuple,
-                                      "n_outputs": len(outputs)})
-    return Transformed(fname, primal, forward, adjoint, sources, program.returns_tuple, outputs, active)
+    save_meta(meta_path, {"sources": sources, "returns_tuple": program.returns_tuple, "n_outputs": len(outputs),
+                          "written_params": written, "module_sha256": content_hash(module_src)})
+    return Transformed(fname, primal, forward, adjoint, sources, program.returns_tuple, outputs, active, written)
+
+
+def _written_params(program, analysis):
+    """The parameters whose memory the function writes into: a Store into the
+    parameter, or into a name that aliases it."""
+    groups = analysis.alias_groups()
+    stored = {s.array for s in walk(program.body) if isinstance(s, Store)}
+    return [p for p in program.params if any(a == p or p in groups.get(a, ()) for a in stored)]
 
 
 def _primal_types(primal, arg_types, compile_it):
@@ -169,10 +218,10 @@ def _primal_types(primal, arg_types, compile_it):
 _PRIMALS = {}
 
 
-def _lazy_primal(path, origins, name):
+def _lazy_primal(path, source, origins, name, boundscheck):
     primal = _PRIMALS.get(path)
     if primal is None:
-        primal = _PRIMALS[path] = LazyPrimal(path, origins, name)
+        primal = _PRIMALS[path] = LazyPrimal(path, source, origins, name, boundscheck)
     return primal
 
 
@@ -181,15 +230,17 @@ class LazyPrimal:
     disk cache) only when first used: the gradient path never needs it.
     Calls and attributes are those of a `Checked` Numba dispatcher."""
 
-    def __init__(self, path, origins, name):
-        self._spec = (path, origins, name)
+    def __init__(self, path, source, origins, name, boundscheck):
+        self._spec = (path, source, origins, name, boundscheck)
         self._checked = None
 
     @property
     def checked(self):
-        if self._checked is None:
-            path, origins, name = self._spec
-            self._checked = Checked(jit(getattr(import_module(path), f"{name}_primal")), path, origins, name)
+        with _COMPILE_LOCK:
+            if self._checked is None:
+                path, source, origins, name, boundscheck = self._spec
+                module = import_source(path, source)
+                self._checked = Checked(jit(getattr(module, f"{name}_primal"), boundscheck), path, origins, name)
         return self._checked
 
     @property
@@ -205,7 +256,7 @@ class LazyPrimal:
         return getattr(self.checked.dispatcher, name)
 
 
-def _load(path, origins, name, cached):
-    module = import_module(path)
-    return tuple(Checked(jit(getattr(module, f"{name}_{kind}")), path, origins, name, cached)
+def _load(path, source, origins, name, boundscheck):
+    module = import_source(path, source)
+    return tuple(Checked(jit(getattr(module, f"{name}_{kind}"), boundscheck), path, origins, name)
                  for kind in ("forward", "adjoint"))
