@@ -1,0 +1,220 @@
+"""srcad.dask on a two-process LocalCluster: distributed gradients equal single-process ones, the
+function compiles once per worker, task errors name the user's line, a killed worker is survived."""
+
+import math
+import os
+import sys
+
+import numpy as np
+import pytest
+
+dask = pytest.importorskip("dask")
+da = pytest.importorskip("dask.array")
+distributed = pytest.importorskip("distributed")
+cloudpickle = pytest.importorskip("cloudpickle")
+
+import srcad as ad  # noqa: E402
+from srcad.dask import map_gradients, value_and_grad, worker_stats  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "compiler"))
+import adbench_models as M  # noqa: E402
+
+gmm = ad.function(M.gmm_objective)
+
+
+@ad.function
+def squared_residuals(w, x, y):
+    s = 0.0
+    for i in range(x.shape[0]):
+        r = y[i]
+        for j in range(x.shape[1]):
+            r -= w[j] * x[i, j]
+        s += r * r
+    return s
+
+
+@ad.function
+def counted_loss(w, x, y):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += math.exp(w[0] * x[i, 0]) - y[i] * w[1]
+    return s
+
+
+@ad.function
+def ratio_loss(w, x, y):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += w[0] * x[i, 0] / y[i]
+    return s
+
+
+@ad.function
+def bump(p, center):
+    s = 0.0
+    for j in range(p.shape[0]):
+        s += math.sin(p[j] * center[j]) + p[j] * p[j]
+    return s
+
+
+@pytest.fixture(scope="module")
+def client():
+    this = sys.modules[__name__]
+    cloudpickle.register_pickle_by_value(this)   # as from a notebook: the functions travel by value
+    try:
+        with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
+                                      dashboard_address=None) as cluster, distributed.Client(cluster) as c:
+            yield c
+    finally:
+        cloudpickle.unregister_pickle_by_value(this)
+
+
+@pytest.fixture(scope="module")
+def regression():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(6000, 4))
+    w = np.array([0.5, -1.0, 2.0, 0.25])
+    y = x @ w + 0.1 * rng.normal(size=6000)
+    return x, y, rng.normal(size=4)
+
+
+def _gmm_problem(n=4000, d=3, k=4, seed=2):
+    rng = np.random.default_rng(seed)
+    params = (rng.normal(size=k), rng.normal(size=(k, d)), 0.1 * rng.normal(size=(k, d * (d + 1) // 2)))
+    return params, rng.normal(size=(n, d))
+
+
+def _tape_value_and_grad(f, params, *args):
+    ps = [ad.constant(p) for p in params]
+    with ad.GradientTape() as tape:
+        tape.watch(ps)
+        y = f(*ps, *args)
+    return float(y.numpy()), [g.numpy() for g in tape.gradient(y, ps)]
+
+
+def _rel(a, b):
+    return np.max(np.abs(np.asarray(a) - np.asarray(b))) / np.max(np.abs(b))
+
+
+def test_gmm_matches_single_process(client):
+    params, x = _gmm_problem()
+    chunks = 700
+    xd = client.persist(da.from_array(x, chunks=chunks))
+
+    def loss(alphas, means, icf, xs):                         # ADBench's objective on every chunk
+        return gmm(alphas, means, icf, xs, 1.0, 0)
+
+    value, grads = value_and_grad(loss, params, xd, client=client, argnums=(0, 1, 2))
+    expected_value, expected = 0.0, [np.zeros_like(p) for p in params]
+    for start in range(0, len(x), chunks):                    # the same sum, serially, in this process
+        v, g = _tape_value_and_grad(gmm, params, x[start:start + chunks], 1.0, 0)
+        expected_value += v
+        expected = [e + gi for e, gi in zip(expected, g)]
+    assert isinstance(value, float) and isinstance(grads, tuple) and len(grads) == 3
+    assert abs(value - expected_value) <= 1e-12 * abs(expected_value)
+    for g, e in zip(grads, expected):
+        assert g.shape == e.shape and _rel(g, e) <= 1e-12
+
+
+def test_loop_loss_matches_whole_data_call(client, regression):
+    x, y, w = regression
+    data = (client.persist(da.from_array(x, chunks=1000)), client.persist(da.from_array(y, chunks=1500)))
+    value, grad = value_and_grad(squared_residuals, w, data, client=client)
+    expected_value, (expected,) = _tape_value_and_grad(squared_residuals, [w], x, y)
+    assert abs(value - expected_value) <= 1e-12 * abs(expected_value)
+    assert isinstance(grad, np.ndarray) and _rel(grad, expected) <= 1e-12
+    with dask.config.set(scheduler="threads"):                 # Dask's local scheduler: same call, same result
+        local_value, local_grad = value_and_grad(squared_residuals, w, (da.from_array(x, chunks=1000), y))
+    assert abs(local_value - expected_value) <= 1e-12 * abs(expected_value) and _rel(local_grad, expected) <= 1e-12
+
+
+def test_tuple_params_argnums_and_scipy(client, regression):
+    from scipy.optimize import minimize
+
+    x, y, _ = regression
+    data = (client.persist(da.from_array(x, chunks=1500)), client.persist(da.from_array(y, chunks=1500)))
+
+    def split_loss(head, tail, xs, ys):
+        return squared_residuals(np.concatenate([head, tail]), xs, ys)    # eager op + compiled call
+
+    w = np.array([0.1, 0.2, 0.3, 0.4])
+    value, grad_tail = value_and_grad(split_loss, (w[:1], w[1:]), data, client=client, argnums=1)
+    _, (expected,) = _tape_value_and_grad(squared_residuals, [w], x, y)
+    assert grad_tail.shape == (3,) and _rel(grad_tail, expected[1:]) <= 1e-12
+
+    result = minimize(lambda p: value_and_grad(squared_residuals, p, data, client=client),
+                      np.zeros(4), jac=True, method="L-BFGS-B")
+    np.testing.assert_allclose(result.x, np.linalg.lstsq(x, y, rcond=None)[0], rtol=1e-6, atol=1e-8)
+
+
+def test_compiles_once_per_worker_not_once_per_task(client):
+    rng = np.random.default_rng(3)
+    x = client.persist(da.from_array(rng.normal(size=(4000, 2)), chunks=250))     # 16 chunks
+    y = client.persist(da.from_array(rng.normal(size=4000), chunks=250))
+    before = client.run(worker_stats)
+    for w in ([0.1, 0.2], [0.3, -0.1], [0.0, 1.0]):
+        value_and_grad(counted_loss, np.array(w), (x, y), client=client)
+    after = client.run(worker_stats)
+    tasks = {addr: after[addr]["chunks"] - before[addr]["chunks"] for addr in after}
+    assert sum(tasks.values()) == 3 * 16 and max(tasks.values()) > 1
+    for addr, n in tasks.items():
+        if n:
+            assert after[addr]["compiled"]["counted_loss"] == 1, (addr, n, after[addr])
+
+
+def test_task_error_names_the_function_and_line(client):
+    x = np.ones((3000, 1))
+    y = np.ones(3000)
+    y[2345] = 0.0
+    data = (client.persist(da.from_array(x, chunks=1000)), client.persist(da.from_array(y, chunks=1000)))
+    line = ratio_loss.python_function.__code__.co_firstlineno
+    with pytest.raises(ZeroDivisionError, match=rf"ratio_loss \(.*test_dask\.py, line {line}\) failed on rows "
+                                                rf"2000:3000 of the data: ZeroDivisionError"):
+        value_and_grad(ratio_loss, np.array([1.0]), data, client=client)
+
+
+def test_argument_errors_name_the_function(client, regression):
+    x, y, w = regression
+    data = (da.from_array(x, chunks=3000), da.from_array(y[:-1], chunks=3000))
+    with pytest.raises(ValueError, match=r"value_and_grad\(squared_residuals\): every data array must have the "
+                                         r"same number of rows"):
+        value_and_grad(squared_residuals, w, data, client=client)
+    with pytest.raises(ValueError, match=r"value_and_grad\(squared_residuals\): argnums=2 does not select"):
+        value_and_grad(squared_residuals, w, (da.from_array(x), da.from_array(y)), client=client, argnums=2)
+    with pytest.raises(ValueError, match=r"map_gradients\(bump\): param_sets must be 2-D"):
+        map_gradients(bump, np.zeros(3), np.ones(3), client=client)
+
+
+def test_map_gradients_ensemble(client):
+    rng = np.random.default_rng(4)
+    sets = rng.normal(size=(37, 5))
+    center = rng.normal(size=5)
+    grads = map_gradients(bump, sets, center, client=client)
+    expected = np.cos(sets * center) * center + 2 * sets
+    assert grads.shape == sets.shape
+    np.testing.assert_allclose(grads, expected, rtol=1e-13)
+    with dask.config.set(scheduler="sync"):
+        np.testing.assert_allclose(map_gradients(bump, sets, center), expected, rtol=1e-13)
+
+
+def _die_once(block, marker):
+    """Kill the worker process computing the first chunk (once per test run; never this process)."""
+    try:
+        distributed.get_worker()
+    except ValueError:               # not on a worker: Dask inferring the output type here
+        return block
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        os._exit(1)
+    return block
+
+
+def test_killed_worker_is_retried(client, regression, tmp_path):
+    x, y, w = regression
+    marker = str(tmp_path / "killed")
+    xs = da.from_array(x, chunks=1000).map_blocks(_die_once, marker, meta=np.empty((0, 0)))
+    value, grad = value_and_grad(squared_residuals, w, (xs, da.from_array(y, chunks=1000)), client=client)
+    assert os.path.exists(marker)                             # a worker did die during the call
+    expected_value, (expected,) = _tape_value_and_grad(squared_residuals, [w], x, y)
+    assert abs(value - expected_value) <= 1e-12 * abs(expected_value) and _rel(grad, expected) <= 1e-12
+    client.wait_for_workers(2, timeout=60)
