@@ -1,0 +1,136 @@
+"""Bad input to @ad.function: a clear error naming the function and parameter, IEEE results like the
+eager tape, IndexError with boundscheck; never a Numba typing error, a None gradient or garbage (issue 9)."""
+
+import math
+
+import numpy as np
+import pytest
+
+import srcad as ad
+
+
+@ad.function
+def scatter(x, out):
+    for i in range(x.shape[0]):
+        out[i] = 2.0 * x[i]
+    return np.sum(out * x)
+
+
+@ad.function
+def scatter_via_alias(x, out):
+    o = out
+    for i in range(x.shape[0]):
+        o[i] = x[i]
+    return np.sum(x)
+
+
+@ad.function
+def edge_cases(x, y, z, w):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += math.sqrt(x[i]) + math.log(x[i]) + 1.0 / y[i] + math.sqrt((z[i] - w[i]) ** 2)
+    return s
+
+
+def sum_of_squares(x, n):
+    s = 0.0
+    for i in range(n):
+        s += x[i] * x[i]
+    return s
+
+
+def test_written_parameters_are_known():
+    scatter(np.ones(2), np.zeros(2))
+    assert scatter._last.written_params == ("out",)
+    scatter_via_alias(np.ones(2), np.zeros(2))
+    assert scatter_via_alias._last.written_params == ("out",)
+
+
+def test_written_argument_sharing_memory_with_an_active_input_is_refused():
+    v = ad.Variable(np.array([1.0, 2.0, 3.0]))
+    with ad.GradientTape():
+        with pytest.raises(ValueError, match=r"scatter\(\): argument `out`, which the function writes into, "
+                                             r"shares memory with argument `x`"):
+            scatter(v, v.numpy())
+        with pytest.raises(ValueError, match="shares memory"):
+            scatter(v, v.numpy()[::-1])
+    np.testing.assert_array_equal(v.numpy(), [1.0, 2.0, 3.0])
+
+
+def test_disjoint_halves_of_one_buffer_are_not_aliases():
+    buf = np.array([1.0, 2.0, 3.0, 0.0, 0.0, 0.0])
+    x = ad.constant(buf[:3])
+    with ad.GradientTape() as tape:
+        tape.watch(x)
+        y = scatter(x, buf[3:])
+    np.testing.assert_allclose(tape.gradient(y, x).numpy(), 4.0 * buf[:3])
+
+
+@pytest.mark.parametrize("bad, expected", [
+    ({"a": 1.0}, r"is dict \{'a': 1.0\}"),
+    ("1.0", r"is str '1.0'"),
+    (len, r"is builtin_function_or_method"),
+    (np.ones(3, dtype=complex), r"is a complex array \(complex128\); complex numbers are not supported"),
+    (1j, r"is a complex number; complex numbers are not supported"),
+    (np.array(["a"], dtype=object), r"is a NumPy value of dtype object"),
+    ((np.ones(2), "s"), r"is a tuple holding str"),
+])
+def test_unsupported_arguments_are_a_type_error_naming_function_and_parameter(bad, expected):
+    with pytest.raises(TypeError, match=r"scatter\(\): argument `x` " + expected):
+        scatter(bad, np.zeros(3))
+
+
+def test_watched_complex_input_is_refused_not_a_none_gradient():
+    x = ad.constant(np.ones(3, dtype=complex))
+    with ad.GradientTape() as tape:
+        tape.watch(x)
+        with pytest.raises(TypeError, match=r"scatter\(\): argument `x` is a complex array"):
+            scatter(x, np.zeros(3))
+
+
+def test_wrong_rank_names_the_function_and_the_argument_types():
+    with pytest.raises(ad.TransformError, match=r"scatter .*line \d+\): Numba cannot compile .*\n.*scatter was "
+                                                r"called with x: array\(float64, 2d, C\), out: array\(float64, 1d"):
+        scatter(np.ones((2, 2)), np.zeros(2))
+
+
+def test_division_by_zero_log_and_sqrt_at_zero_follow_ieee_like_the_eager_tape():
+    args = [np.array([0.0, 1.0, 4.0]), np.array([0.0, 2.0, -1.0]), np.array([1.0, 1.0, 2.0]),
+            np.array([1.0, 3.0, 2.0])]
+    variables = [ad.Variable(a) for a in args]
+    with ad.GradientTape(persistent=True) as tape:
+        compiled = edge_cases(*variables)
+    with np.errstate(all="ignore"), ad.GradientTape(persistent=True) as eager_tape:
+        x, y, z, w = variables
+        eager = np.sum(np.sqrt(x) + np.log(x) + 1.0 / y + np.sqrt((z - w) ** 2))
+    np.testing.assert_array_equal(compiled.numpy(), eager.numpy())
+    np.testing.assert_array_equal(edge_cases(*args).numpy(), eager.numpy())
+    for v in variables:
+        with np.errstate(all="ignore"):
+            expected = eager_tape.gradient(eager, v).numpy()
+        np.testing.assert_array_equal(tape.gradient(compiled, v).numpy(), expected)
+    assert np.isinf(tape.gradient(compiled, variables[0]).numpy()[0])
+
+
+def test_index_out_of_range_raises_with_boundscheck_in_the_plain_call_and_the_gradient():
+    f = ad.function(sum_of_squares, boundscheck=True)
+    with pytest.raises(IndexError, match="sum_of_squares: an index is out of range"):
+        f(np.ones(3), 5)
+    with pytest.raises(IndexError, match="sum_of_squares: an index is out of range"):
+        f(np.empty(0), 1)
+    v = ad.Variable(np.ones(3))
+    with ad.GradientTape():
+        with pytest.raises(IndexError, match="sum_of_squares: an index is out of range"):
+            f(v, 4)
+    assert f(np.ones(3), 3).numpy() == 3.0
+
+
+def test_boundscheck_from_the_environment(monkeypatch):
+    monkeypatch.setenv("SRCAD_BOUNDSCHECK", "1")
+    with pytest.raises(IndexError, match="sum_of_squares: an index is out of range"):
+        ad.function(sum_of_squares)(np.ones(2), 3)
+
+
+def test_boundscheck_option_is_checked():
+    with pytest.raises(TypeError, match="boundscheck must be True, False or None, got 'yes'"):
+        ad.function(sum_of_squares, boundscheck="yes")
