@@ -177,7 +177,7 @@ def _discard(path, why):
 def _read_own(path):
     """The bytes of a cache file, or None when it is missing or not the user's own (then discarded)."""
     try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK)   # NONBLOCK: a planted FIFO
     except FileNotFoundError:
         return None
     except OSError as e:       # ELOOP: a symlink planted in the cache
@@ -306,9 +306,12 @@ def load_cached(dispatcher, args):
                 return False
         if cres is None or cres.objectmode:
             return False
-        ctx.insert_user_function(cres.entry_point, cres.fndesc, [cres.library])
-        dispatcher.add_overload(cres)
-        dispatcher._cache_hits[sig] += 1
+        try:
+            ctx.insert_user_function(cres.entry_point, cres.fndesc, [cres.library])
+            dispatcher.add_overload(cres)
+            dispatcher._cache_hits[sig] += 1
+        except Exception:
+            return False
         return True
 
 
