@@ -1,0 +1,137 @@
+"""ADBench GMM value and gradient over many points on a distributed.LocalCluster (srcad.dask).
+
+    python benchmarks/dask_gmm.py                      # d10 K25, 10^6 points, 1 and 2 workers
+    python benchmarks/dask_gmm.py --points 10000000 --reps 1
+
+Loss per chunk: ``tests/compiler/adbench_models.gmm_objective`` (loop-style,
+compiled by ``@ad.function``) on the chunk's points; ``srcad.dask.value_and_grad``
+sums chunks on the cluster.  Reports, per worker count, the median time of a
+call (value and gradient of alphas, means, icf), the speed-up of 2 workers
+over 1, the time of one chunk in this process (no Dask), the round trip of a
+call whose chunks are tiny (the cluster's overhead per call, against the
+floor of one ``client.submit(...).result()``), and the bytes a call sends:
+parameters in (scattered to every worker), partial gradients between workers
+and the result out.  The data are generated on the workers and persisted, so
+they never travel.
+"""
+
+import argparse
+import os
+import pickle
+import statistics
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "compiler"))
+
+import cloudpickle  # noqa: E402
+import dask.array as da  # noqa: E402
+from distributed import Client, LocalCluster, wait  # noqa: E402
+
+import adbench_models as M  # noqa: E402
+import srcad as ad  # noqa: E402
+from srcad.dask import value_and_grad  # noqa: E402
+
+gmm = ad.function(M.gmm_objective)
+
+
+def chunk_loss(alphas, means, icf, x):
+    """ADBench's GMM objective on one chunk of points (Wishart gamma 1, m 0)."""
+    return gmm(alphas, means, icf, x, 1.0, 0)
+
+
+def parameters(d, k, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.normal(size=k), rng.normal(size=(k, d)), 0.1 * rng.normal(size=(k, d * (d + 1) // 2)))
+
+
+def median_time(call, reps):
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), times
+
+
+def outgoing_bytes(client):
+    return sum(client.run(lambda dask_worker: dask_worker.transfer_outgoing_bytes_total).values())
+
+
+def noop(x):
+    return x
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--points", type=float, default=1e6)
+    ap.add_argument("--chunk", type=int, default=62_500, help="points per chunk")
+    ap.add_argument("--d", type=int, default=10)
+    ap.add_argument("--k", type=int, default=25)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--workers", default="1,2")
+    args = ap.parse_args()
+    n, d, k = int(args.points), args.d, args.k
+    params = parameters(d, k)
+    n_chunks = -(-n // args.chunk)
+    print(f"GMM d{d} K{k}, {n:.0e} points in {n_chunks} chunks of {args.chunk}; median of {args.reps} calls")
+
+    # one chunk in this process, no Dask: the per-chunk time the scaling model uses
+    x_chunk = np.random.default_rng(1).normal(size=(args.chunk, d))
+    grad_local = lambda: ad_value_and_grad(params, x_chunk)  # noqa: E731
+    grad_local()
+    t_chunk, _ = median_time(grad_local, args.reps)
+    print(f"one chunk in-process: {t_chunk * 1e3:.1f} ms ({t_chunk / args.chunk * 1e9:.0f} ns per point)")
+
+    results = {}
+    for workers in map(int, args.workers.split(",")):
+        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                          dashboard_address=None) as cluster, Client(cluster) as client:
+            x = da.random.default_rng(2).standard_normal((n, d), chunks=(args.chunk, d))
+            x = client.persist(x)
+            wait(x)                                                    # generated on the workers, kept there
+            call = lambda: value_and_grad(chunk_loss, params, x, client=client, argnums=(0, 1, 2))  # noqa: E731
+            value, _ = call()                                          # compile (or load) on every worker
+            t_call, times = median_time(call, args.reps)
+            results[workers] = t_call
+            print(f"{workers} worker(s): {t_call:.3f} s per call  (calls: {', '.join(f'{t:.3f}' for t in times)};"
+                  f" value {value:.6e})")
+
+            # overhead of a round trip: same call, tiny chunks (one per worker)
+            tiny = client.persist(da.random.default_rng(3).standard_normal((2 * workers, d), chunks=(2, d)))
+            small = lambda: value_and_grad(chunk_loss, params, tiny, client=client, argnums=(0, 1, 2))  # noqa: E731
+            for _ in range(5):
+                small()
+            t_rt, _ = median_time(small, 30)
+            t_floor, _ = median_time(lambda: client.submit(noop, 1, pure=False).result(), 30)
+            print(f"   round trip of a call with tiny chunks: {t_rt * 1e3:.1f} ms "
+                  f"(floor, one client.submit().result(): {t_floor * 1e3:.1f} ms)")
+
+            before = outgoing_bytes(client)
+            value, grads = call()
+            between = outgoing_bytes(client) - before
+            scattered = len(cloudpickle.dumps((chunk_loss, tuple(params)))) * workers
+            out = len(pickle.dumps((value, grads)))
+            data = x.nbytes
+            print(f"   bytes per call: parameters in {scattered} (function and parameters, once per worker), "
+                  f"partials between workers {between}, result out {out}; data on the cluster {data:.2e} "
+                  f"(not sent)")
+
+    if 1 in results and 2 in results:
+        print(f"speed-up 2 workers over 1: {results[1] / results[2]:.2f}x")
+
+
+def ad_value_and_grad(params, x):
+    ps = [ad.constant(p) for p in params]
+    with ad.GradientTape() as tape:
+        tape.watch(ps)
+        y = chunk_loss(*ps, x)
+    return y, tape.gradient(y, ps)
+
+
+if __name__ == "__main__":
+    main()
