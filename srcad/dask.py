@@ -64,7 +64,7 @@ def value_and_grad(f, params, data, *, client=None, argnums=0):
     client = _client(client)
     # the parameters go out once per call (each worker gets one copy), never once per chunk
     shipped = client.scatter((f, values), broadcast=True, hash=False) if client is not None else (f, values)
-    parts = [dask.delayed(_chunk_value_and_grad, pure=True)(shipped, picks, spread, int(start),
+    parts = [dask.delayed(_chunk_value_and_grad, pure=False)(shipped, picks, spread, int(start),
                                                              *(b[i] for b in blocks))
              for i, start in enumerate(starts)]
     total = _tree_sum(parts)
@@ -91,7 +91,7 @@ def map_gradients(f, param_sets, *static, client=None):
     n_batches = max(1, min(len(rows), 4 * max(workers, 1)))
     shipped = client.scatter((f, static), broadcast=True, hash=False) if client is not None else (f, static)
     bounds = np.linspace(0, len(rows), n_batches + 1).astype(int)
-    tasks = [dask.delayed(_gradient_rows, pure=True)(shipped, rows[a:b], int(a))
+    tasks = [dask.delayed(_gradient_rows, pure=False)(shipped, rows[a:b], int(a))
              for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
     if not tasks:
         return np.zeros_like(rows)
@@ -160,7 +160,7 @@ def _sum(*parts):
 
 def _tree_sum(parts):
     while len(parts) > 1:
-        parts = [dask.delayed(_sum, pure=True)(*parts[i:i + _FAN_IN]) if len(parts[i:i + _FAN_IN]) > 1
+        parts = [dask.delayed(_sum, pure=False)(*parts[i:i + _FAN_IN]) if len(parts[i:i + _FAN_IN]) > 1
                  else parts[i] for i in range(0, len(parts), _FAN_IN)]
     return parts[0]
 
