@@ -32,10 +32,11 @@ def function(pyfunc=None, *, target="cpu", boundscheck=None):
 
     Usable as ``@ad.function`` or ``@ad.function(target="cpu", boundscheck=True)``.
     ``boundscheck=True`` makes an index out of range in the compiled primal,
-    forward and adjoint raise IndexError, as Python does; it is off by default
-    because it slows compiled loops (see benchmarks/README.md), and then such
-    an index reads garbage or crashes the process. None (the default) follows
-    the environment variable ``SRCAD_BOUNDSCHECK=1``.
+    forward and adjoint raise IndexError, as Python does. It is off by default
+    because it slows compiled loops (measured: RK4 gradient 1.06-1.08x, GMM
+    objective and gradient 1.15-1.8x), and then such an index reads garbage or
+    crashes the process. None (the default) follows the environment variable
+    ``SRCAD_BOUNDSCHECK=1``.
     """
     if target != "cpu":
         raise ValueError(f"@ad.function: target={target!r} is not available; use target='cpu'")

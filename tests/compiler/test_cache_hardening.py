@@ -1,6 +1,7 @@
 """The on-disk cache of @ad.function: private, verified, self-healing, safe under threads and processes;
 module globals frozen at the first compile for the plain call and the tape call alike (issue 9)."""
 
+import errno
 import os
 import stat
 import subprocess
@@ -135,6 +136,25 @@ def test_group_writable_cache_directory_is_refused_with_one_warning(tmp_path, mo
 def test_uncreatable_cache_directory_compiles_with_one_warning(monkeypatch):
     monkeypatch.setenv("SRCAD_CACHE_DIR", "/proc/srcad-cannot-exist/cache")
     with pytest.warns(CacheWarning, match="cannot be created"):
+        value, grad = grad_and_value(ad.function(cubes))
+    assert value == 36.0
+    np.testing.assert_allclose(grad, 3 * X ** 2)
+
+
+def test_full_disk_gives_up_the_directory_with_one_warning(tmp_path, monkeypatch):
+    from srcad.compiler import backend
+
+    full = tmp_path / "full"
+    write = backend._write_atomic
+
+    def no_space(path, data):
+        if full in Path(path).parents:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return write(path, data)
+
+    monkeypatch.setattr(backend, "_write_atomic", no_space)
+    monkeypatch.setenv("SRCAD_CACHE_DIR", str(full))
+    with pytest.warns(CacheWarning, match="writing into it failed .No space left on device"):
         value, grad = grad_and_value(ad.function(cubes))
     assert value == 36.0
     np.testing.assert_allclose(grad, 3 * X ** 2)
