@@ -62,6 +62,13 @@ def outgoing_bytes(client):
     return sum(client.run(lambda dask_worker: dask_worker.transfer_outgoing_bytes_total).values())
 
 
+def worker_cpu():
+    """CPU seconds of this worker process and chunks it computed: on a loaded machine the wall
+    clock mixes in other processes, the CPU time and the split of the chunks do not."""
+    from srcad.dask import worker_stats
+    return time.process_time(), worker_stats()["chunks"]
+
+
 def noop(x):
     return x
 
@@ -111,15 +118,17 @@ def main():
             print(f"   round trip of a call with tiny chunks: {t_rt * 1e3:.1f} ms "
                   f"(floor, one client.submit().result(): {t_floor * 1e3:.1f} ms)")
 
-            before = outgoing_bytes(client)
+            before, cpu_before = outgoing_bytes(client), client.run(worker_cpu)
             value, grads = call()
-            between = outgoing_bytes(client) - before
+            sent = outgoing_bytes(client) - before
+            cpu_after = client.run(worker_cpu)
             scattered = len(cloudpickle.dumps((chunk_loss, tuple(params)))) * workers
             out = len(pickle.dumps((value, grads)))
-            data = x.nbytes
-            print(f"   bytes per call: parameters in {scattered} (function and parameters, once per worker), "
-                  f"partials between workers {between}, result out {out}; data on the cluster {data:.2e} "
-                  f"(not sent)")
+            print(f"   bytes per call: in {scattered} (function and parameters, once per worker); out of the "
+                  f"workers {sent} (partial sums to other workers and the result, {out} of it); the data, "
+                  f"{x.nbytes:.2e} bytes on the cluster, are not sent")
+            split = {a: (cpu_after[a][0] - cpu_before[a][0], cpu_after[a][1] - cpu_before[a][1]) for a in cpu_after}
+            print("   per worker: " + "; ".join(f"{c} chunks, {t:.2f} s CPU" for t, c in split.values()))
 
     if 1 in results and 2 in results:
         print(f"speed-up 2 workers over 1: {results[1] / results[2]:.2f}x")
