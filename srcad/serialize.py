@@ -57,8 +57,9 @@ def reduce_function(fn):
             sources[_name(helper)] = src
     capture_source(pyfunc)
     payload = cloudpickle.dumps(pyfunc, protocol=pickle.DEFAULT_PROTOCOL)
-    key = hashlib.sha256(payload).hexdigest()
-    return _rebuild_function, (key, payload, sources)
+    boundscheck = getattr(fn, "_boundscheck", None)
+    key = hashlib.sha256(payload + repr(boundscheck).encode()).hexdigest()
+    return _rebuild_function, (key, payload, sources, boundscheck)
 
 
 def registry():
@@ -106,7 +107,7 @@ def _import_function(module_name, qualname):
     return obj
 
 
-def _rebuild_function(key, payload, sources):
+def _rebuild_function(key, payload, sources, boundscheck=None):
     with _LOCK:
         fn = _REGISTRY.get(key)
         if fn is not None:
@@ -119,7 +120,7 @@ def _rebuild_function(key, payload, sources):
         src = sources.get(_name(helper))
         if src is not None and getattr(helper, "__srcad_source__", None) is None:
             helper.__srcad_source__ = src
-    fn = Function(pyfunc)
+    fn = Function(pyfunc) if boundscheck is None else Function(pyfunc, boundscheck)
     with _LOCK:
         if key in _REGISTRY:        # another thread rebuilt it meanwhile: keep one
             _STATS["reused"] += 1

@@ -41,12 +41,18 @@ def counted_loss(w, x, y):
     return s
 
 
-@ad.function
-def ratio_loss(w, x, y):
+@ad.function(boundscheck=True)
+def column_loss(w, x, y):
     s = 0.0
     for i in range(x.shape[0]):
-        s += w[0] * x[i, 0] / y[i]
+        s += w[0] * x[i, int(y[i])]          # y holds column numbers; a bad one raises IndexError
     return s
+
+
+def eager_loss(w, x, y):
+    if np.any(y < 0):
+        raise ValueError("negative weights in the data")
+    return np.sum(w[0] * x[:, 0] * y)
 
 
 @ad.function
@@ -163,14 +169,21 @@ def test_compiles_once_per_worker_not_once_per_task(client):
 
 
 def test_task_error_names_the_function_and_line(client):
-    x = np.ones((3000, 1))
+    x = np.ones((3000, 2))
     y = np.ones(3000)
-    y[2345] = 0.0
+    y[2345] = 7.0
     data = (client.persist(da.from_array(x, chunks=1000)), client.persist(da.from_array(y, chunks=1000)))
-    line = ratio_loss.python_function.__code__.co_firstlineno
-    with pytest.raises(ZeroDivisionError, match=rf"ratio_loss \(.*test_dask\.py, line {line}\) failed on rows "
-                                                rf"2000:3000 of the data: ZeroDivisionError"):
-        value_and_grad(ratio_loss, np.array([1.0]), data, client=client)
+    line = column_loss.python_function.__code__.co_firstlineno      # compiled code reports no line: the def
+    with pytest.raises(IndexError, match=rf"column_loss \(.*test_dask\.py, line {line}\) failed on rows "
+                                         rf"2000:3000 of the data: IndexError: .*out of range"):
+        value_and_grad(column_loss, np.array([1.0]), data, client=client)
+
+    y[2345] = -1.0                                                   # Python code: the failing line itself
+    data = (client.persist(da.from_array(x, chunks=1000)), client.persist(da.from_array(y, chunks=1000)))
+    line = eager_loss.__code__.co_firstlineno + 2
+    with pytest.raises(ValueError, match=rf"eager_loss \(.*test_dask\.py, line {line}\) failed on rows "
+                                         rf"2000:3000 of the data: ValueError: negative weights"):
+        value_and_grad(eager_loss, np.array([1.0]), data, client=client)
 
 
 def test_argument_errors_name_the_function(client, regression):
