@@ -240,6 +240,14 @@ def import_source(path, source):
     return module
 
 
+def import_module(path):
+    """Import a module written by `write_module`, after checking its content hash."""
+    source = read_module(path)
+    if source is None:
+        raise ImportError(f"srcad: the generated module {path} is missing or failed its content check")
+    return import_source(path, source)
+
+
 @contextlib.contextmanager
 def entry_lock(root, base):
     """An exclusive lock (fcntl.flock) on one cache entry, so that processes sharing
