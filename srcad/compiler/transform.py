@@ -10,7 +10,6 @@ from .backend import (Typed, cache_dir, cache_key, content_hash, entry_lock, imp
                       load_cached, load_meta, read_module, refuse, save_meta, user_error, write_module)
 from .codegen import HEADER, primal_source
 from .frontend import load
-from .webs import split_webs
 from .normalize import Store, lower
 from .reverse import Reverse
 
@@ -140,7 +139,6 @@ def _transform(pyfunc, arg_types, active, boundscheck, root):
     info = load(pyfunc)
     _check_arguments(info, arg_types, active)
     program = lower(info)
-    split_webs(program)
     fname = info.name
     primal_w = primal_source(program, f"{fname}_primal")
     primal_text = primal_w.text()
