@@ -75,10 +75,11 @@ def value_and_grad(f, params, data, *, client=None, argnums=0):
 def map_gradients(f, param_sets, *static, client=None):
     """The gradient of the scalar ``f(row, *static)`` for every row of the 2-D ``param_sets``.
 
-    An ensemble: rows go out in batches (a few per worker), each task runs
-    the compiled function on its rows one after the other, and the result
-    is one NumPy array shaped like ``param_sets``.  ``static`` (data shared
-    by all rows) is scattered once.
+    An ensemble: rows go out in batches (a few per worker) and each task
+    differentiates ``sum over its rows of f(row, *static)`` in one compiled
+    call (a plain Python ``f`` runs row by row under a tape); the result is
+    one NumPy array shaped like ``param_sets``.  ``static`` (data shared by
+    all rows) is scattered once.
     """
     rows = np.asarray(param_sets)
     if rows.ndim != 2:
@@ -104,9 +105,13 @@ def map_gradients(f, param_sets, *static, client=None):
 
 def worker_stats():
     """What this process has done for srcad.dask: ``chunks`` and ``rows`` evaluated, and its function
-    registry (``rebuilt``, ``reused``, ``compiled`` per function); ``client.run(worker_stats)`` asks
-    every worker."""
-    return {**_COUNTS, **registry_stats()}
+    registry (``rebuilt``, ``reused``, ``compiled`` signatures per function, the row-batched forms of
+    ``map_gradients`` included); ``client.run(worker_stats)`` asks every worker."""
+    stats = {**_COUNTS, **registry_stats()}
+    for _, batched in _BATCHED.values():
+        name = batched.python_function.__qualname__
+        stats["compiled"][name] = stats["compiled"].get(name, 0) + len(batched._transforms)
+    return stats
 
 
 # --- on the workers -------------------------------------------------------------------------------
@@ -129,6 +134,17 @@ def _chunk_value_and_grad(shipped, picks, spread, start, *chunks):
 
 def _gradient_rows(shipped, rows, start):
     f, static = shipped
+    batched = _batched(f, len(static))
+    if batched is not None:            # all rows in one compiled call: d(sum of f(row)) / d rows, row by row
+        _COUNTS["rows"] += len(rows)
+        try:
+            x = constant(np.array(rows, order="C"))
+            with _first_compile(batched), GradientTape() as tape:
+                tape.watch(x)
+                y = batched(x, *static)
+            return np.asarray(_raw(tape.gradient(y, x, unconnected_gradients=UnconnectedGradients.ZERO)))
+        except Exception as e:
+            raise _located(e, f, f"param_sets rows {start}:{start + len(rows)}") from e
     out = np.empty_like(rows)
     for i in range(len(rows)):
         _COUNTS["rows"] += 1
@@ -142,6 +158,36 @@ def _gradient_rows(shipped, rows, start):
         except Exception as e:
             raise _located(e, f, f"param_sets row {start + i}") from e
     return out
+
+
+_BATCHED = {}   # (id of an @ad.function, number of static arguments) -> (function, its batched form)
+
+
+def _batched(f, n_static):
+    """``f`` over the rows of a matrix, summed, as one more ``@ad.function`` (None for plain Python
+    functions): its gradient with respect to the matrix is every row's gradient, in one compiled call.
+    Made once per worker process; the registry of :mod:`srcad.serialize` keeps ``f`` one object."""
+    pyfunc = getattr(f, "python_function", None)
+    if pyfunc is None:
+        return None
+    known = _BATCHED.get((id(f), n_static))
+    if known is not None and known[0] is f:
+        return known[1]
+    from .function import Function
+    from .source import Source
+
+    statics = "".join(f", s{i}" for i in range(n_static))
+    name = f"{pyfunc.__name__}_rows"
+    text = (f"def {name}(rows{statics}):\n    total = 0.0\n    for r in range(rows.shape[0]):\n"
+            f"        total += f(rows[r]{statics})\n    return total\n")
+    filename = f"<srcad.dask: {pyfunc.__qualname__} summed over rows>"
+    namespace = {"f": pyfunc, "__name__": __name__}
+    exec(compile(text, filename, "exec"), namespace)
+    rows_function = namespace[name]
+    rows_function.__srcad_source__ = Source(text, filename, 1)
+    batched = Function(rows_function)
+    _BATCHED[(id(f), n_static)] = (f, batched)
+    return batched
 
 
 def _first_compile(f):

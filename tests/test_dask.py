@@ -202,12 +202,25 @@ def test_map_gradients_ensemble(client):
     rng = np.random.default_rng(4)
     sets = rng.normal(size=(37, 5))
     center = rng.normal(size=5)
+    before = client.run(worker_stats)
     grads = map_gradients(bump, sets, center, client=client)
+    after = client.run(worker_stats)
     expected = np.cos(sets * center) * center + 2 * sets
     assert grads.shape == sets.shape
     np.testing.assert_allclose(grads, expected, rtol=1e-13)
+    assert sum(after[a]["rows"] - before[a]["rows"] for a in after) == len(sets)
+    for a in after:                          # every batch of a worker in one compiled call, compiled once
+        if after[a]["rows"] > before[a]["rows"]:
+            assert after[a]["compiled"]["bump_rows"] == 1
     with dask.config.set(scheduler="sync"):
         np.testing.assert_allclose(map_gradients(bump, sets, center), expected, rtol=1e-13)
+        np.testing.assert_allclose(map_gradients(eager_bump, sets, center), expected, rtol=1e-13)
+    np.testing.assert_allclose(map_gradients(eager_bump, sets, center, client=client), expected, rtol=1e-13)
+
+
+def eager_bump(p, center):
+    """The same as ``bump`` with NumPy operations on the tape: map_gradients runs it row by row."""
+    return np.sum(np.sin(p * center) + p * p)
 
 
 def _die_once(block, marker):
