@@ -260,9 +260,9 @@ def _aligned(data, f):
     for a in arrays:
         if not isinstance(a, da.Array):
             a = da.from_array(np.asarray(a), chunks=-1)
-        if a.ndim == 0 or a.shape[0] != rows:
+        if a.ndim == 0 or a.shape[0] != rows or not rows:
             raise ValueError(f"value_and_grad({_name(f)}): every data array must have the same number of rows "
-                             f"(axis 0); got shapes {[np.shape(x) for x in arrays]}")
+                             f"(axis 0), at least one; got shapes {[np.shape(x) for x in arrays]}")
         chunks = (first.chunks[0] if first is not None else (rows,),) + tuple((s,) for s in a.shape[1:])
         out.append(a if a.chunks == chunks else a.rechunk(chunks))
     return tuple(out)

@@ -192,6 +192,9 @@ def test_argument_errors_name_the_function(client, regression):
     with pytest.raises(ValueError, match=r"value_and_grad\(squared_residuals\): every data array must have the "
                                          r"same number of rows"):
         value_and_grad(squared_residuals, w, data, client=client)
+    with pytest.raises(ValueError, match=r"value_and_grad\(squared_residuals\): every data array .* at least "
+                                         r"one; got shapes \[\(0, 4\)"):
+        value_and_grad(squared_residuals, w, da.zeros((0, 4), chunks=1), client=client)
     with pytest.raises(ValueError, match=r"value_and_grad\(squared_residuals\): argnums=2 does not select"):
         value_and_grad(squared_residuals, w, (da.from_array(x), da.from_array(y)), client=client, argnums=2)
     with pytest.raises(ValueError, match=r"map_gradients\(bump\): param_sets must be 2-D"):
