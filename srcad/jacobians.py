@@ -79,14 +79,19 @@ def _sweep(tape, target, seeds, sources, parallel_iterations):
 
 
 def _loop(tape, target, seeds, sources, axis):
-    """pfor off: one ordinary backward sweep per cotangent, results stacked along ``axis``."""
+    """pfor off: one ordinary backward sweep per cotangent, results stacked along ``axis``.
+    No cotangents at all (an empty target) give an empty Jacobian, as the vectorised path does."""
     from .ops import stack
 
     rows = [tape._backprop([target], [Tensor._wrap(np.ascontiguousarray(seed))], sources) for seed in seeds]
     result = []
-    for i in range(len(sources)):
+    for i, source in enumerate(sources):
         column = [_as_tensor(r[i]) for r in rows]
-        if not column or any(c is None for c in column):
+        if not column:
+            shape = list(source.shape)
+            shape.insert(axis, 0)
+            result.append(Tensor._wrap(np.zeros(shape, dtype=source.dtype)))
+        elif any(c is None for c in column):
             result.append(None)
         else:
             result.append(stack(*column, axis=axis))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import srcad as ad
-from check_grads import record
+from srcad.testing import record
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import srcad as ad
-from check_grads import fd_jacobian, nested_derivatives, record
+from srcad.testing import fd_jacobian, nested_derivatives, record
 
 
 def val(t):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import srcad as ad
-from check_grads import check_grads, nested_derivatives
+from srcad.testing import check_grads, nested_derivatives
 from srcad import tape as tape_module
 
 
@@ -390,3 +390,18 @@ def test_bad_gradient_arguments_give_a_result_or_an_error_naming_the_argument(ar
         assert bad in ("empty", "int_tensor") and result is None
     else:                                       # no sources: an empty structure; an integer source: None
         assert (bad, result) in (("empty", []), ("int_tensor", None))
+
+
+@pytest.mark.parametrize("use_pfor", [True, False])
+def test_jacobian_of_an_empty_target_has_shape_target_plus_source(use_pfor):
+    """An empty target (shape (0, 1)) gives an empty Jacobian of shape target.shape + source.shape,
+    with and without pfor (without it used to return None)."""
+    x = ad.Variable(np.ones(7))
+    with ad.GradientTape(persistent=True) as tape:
+        y = np.zeros((0, 1)) * x
+    jac = tape.jacobian(y, x, experimental_use_pfor=use_pfor)
+    assert jac.shape == (0, 7, 7) and jac.dtype == np.float64
+    xb = ad.Variable(np.ones((3, 2)))
+    with ad.GradientTape(persistent=True) as tape:
+        yb = np.zeros((3, 0)) * np.sum(xb)
+    assert tape.batch_jacobian(yb, xb, experimental_use_pfor=use_pfor).shape == (3, 0, 2)

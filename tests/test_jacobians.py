@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import srcad as ad
-from check_grads import fd_jacobian
+from srcad.testing import fd_jacobian
 from srcad import jacobians
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import srcad as ad
-from check_grads import check_batch_vjp, check_grads, nested_derivatives
+from srcad.testing import check_batch_vjp, check_grads, nested_derivatives
 
 DOMAINS = {
     "sym": lambda rng, s: rng.uniform(-2.0, 2.0, s),

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import srcad as ad
-from check_grads import check_grads, fd_jacobian, nested_derivatives
+from srcad.testing import check_grads, fd_jacobian, nested_derivatives
 from srcad import tape as tape_module
 
 

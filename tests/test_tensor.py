@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import srcad as ad
-from check_grads import check_grads
+from srcad.testing import check_grads
 
 
 # -- construction and dtypes -----------------------------------------------------------------

@@ -10,7 +10,7 @@ import ast
 from numba.core import types as nt
 
 from .frontend import TransformError
-from .normalize import Assign, For, If, Store, While, is_tree, leaves
+from .normalize import Assign, For, If, Store, While, blocks, is_tree, leaves, walk
 from .rules import NONDIFF, OPERATORS
 
 
@@ -54,17 +54,6 @@ def is_float(ty):
 
 def rank(ty):
     return ty.ndim if isinstance(ty, nt.Array) else 0
-
-
-def walk(stmts):
-    """Every IR statement, depth first."""
-    for s in stmts:
-        yield s
-        if isinstance(s, If):
-            yield from walk(s.body)
-            yield from walk(s.orelse)
-        elif isinstance(s, (For, While)):
-            yield from walk(s.body)
 
 
 def data_names(expr):
@@ -117,8 +106,9 @@ class Analysis:
             if not isinstance(base, nt.Array):
                 return base.dtype if isinstance(base, nt.BaseTuple) and hasattr(base, "dtype") else None
             idx = atom.slice.elts if isinstance(atom.slice, ast.Tuple) else [atom.slice]
-            dropped = sum(1 for e in idx if not isinstance(e, ast.Slice))
-            nd = base.ndim - dropped
+            new_axes = sum(1 for e in idx if isinstance(e, ast.Constant) and e.value is None)
+            dropped = sum(1 for e in idx if not isinstance(e, ast.Slice)) - new_axes
+            nd = base.ndim - dropped + new_axes
             return base.dtype if nd == 0 else nt.Array(base.dtype, nd, "A")
         if isinstance(atom, ast.Constant):
             v = atom.value
@@ -145,38 +135,33 @@ class Analysis:
                         changed = True
 
     def check(self):
-        """Refuse writes into active inputs and aliasing we cannot differentiate."""
-        params = set(self.program.params)
+        """Refuse writes into active inputs, and writes into memory that another name still
+        reads afterwards (a view or alias treated as a copy would give a wrong gradient)."""
         groups = self.alias_groups()
-        stored = {s.array: s for s in walk(self.program.body) if isinstance(s, Store)}
-        for arr, s in stored.items():
+        defs = {}
+        for s in walk(self.program.body):
+            if isinstance(s, Assign):
+                defs.setdefault(s.target, s)
+        outputs = {n for a in self.program.outputs for n in data_names(a)}
+        for path in _paths(self.program.body):
+            s = path[-1][0][path[-1][1]]
+            if not isinstance(s, Store):
+                continue
+            arr = s.array
             if arr in self.active_params:
                 raise TransformError(
                     f"{self.program.name} ({s.origin.file}, line {s.origin.line}): `{s.origin.text}` writes into its "
                     f"input `{arr}` which needs a gradient; copy it first: {arr} = {arr}.copy()")
-            group = groups.get(arr, {arr})
-            if len(group) > 1 and any(n in self.active or n in params for n in group):
-                others = ", ".join(sorted(group - {arr}))
+            for other in sorted(groups.get(arr, {arr}) - {arr}):
+                if _disjoint(defs.get(other), s) or not _live_after(path, other, outputs):
+                    continue
+                where = defs.get(other)
+                seen = f" (line {where.origin.line}: `{where.origin.text}`)" if where is not None else ""
                 raise TransformError(
                     f"{s.origin.func} ({s.origin.file}, line {s.origin.line}): `{s.origin.text}` writes into "
-                    f"array `{arr}` which shares memory with {others} (aliasing is not supported). "
-                    f"Hint: make an independent array with .copy()")
-        copies = {local: p for p, local in self.program.param_copies.items()}
-        defs = {}
-        for s in walk(self.program.body):
-            if isinstance(s, Assign):
-                defs.setdefault(s.target, []).append(s)
-        for s in walk(self.program.body):
-            if not (isinstance(s, Assign) and s.aug and isinstance(self.types.get(s.target), nt.Array)):
-                continue
-            fresh = [d for d in defs[s.target] if not d.aug and not (isinstance(d.value, ast.Name)
-                                                                     and d.value.id in copies.values())]
-            shared = len(groups.get(s.target, ())) > 1
-            if shared or (s.target in copies and not fresh):
-                raise TransformError(
-                    f"{s.origin.func} ({s.origin.file}, line {s.origin.line}): `{s.origin.text}` updates "
-                    f"an array in place that is an input or shares memory with another name. "
-                    f"Hint: write `a = a + ...`, or copy first: a = a.copy()")
+                    f"`{arr}` while `{other}`{seen}, which shares its memory, is read afterwards: srcad "
+                    f"cannot differentiate that correctly. Hint: make `{other}` an independent array with "
+                    f".copy(), or finish reading it before the write")
 
     def alias_groups(self):
         parent = {}
@@ -203,3 +188,86 @@ class Analysis:
         for n in list(parent):
             groups.setdefault(find(n), set()).update({n, find(n)})
         return {n: g for g in groups.values() for n in g}
+
+
+def _paths(stmts, prefix=()):
+    """Every statement's position: a tuple of (block, index) pairs from the top block down."""
+    for k, s in enumerate(stmts):
+        here = prefix + ((stmts, k),)
+        yield here
+        for block in blocks(s):
+            yield from _paths(block, here)
+
+
+def _reads_name(s, v):
+    """Does statement `s` itself (not its nested blocks) read name `v`?"""
+    if isinstance(s, Assign):
+        exprs = [s.value]
+    elif isinstance(s, Store):
+        if s.array == v:
+            return True
+        exprs = [s.index, s.value]
+    elif isinstance(s, For):
+        exprs = [s.start, s.stop, s.step]
+    else:
+        return s.cond == v
+    return any(isinstance(n, ast.Name) and n.id == v for e in exprs for n in ast.walk(e))
+
+
+def _scan(stmts, v):
+    """'read' if `v` is read in `stmts` before being rebound on every path, 'rebound' if it is
+    rebound first, None if neither."""
+    for s in stmts:
+        if _reads_name(s, v):
+            return "read"
+        if isinstance(s, If):
+            a, b = _scan(s.body, v), _scan(s.orelse, v)
+            if "read" in (a, b):
+                return "read"
+            if a == b == "rebound":
+                return "rebound"
+        elif isinstance(s, (For, While)):
+            if _scan(s.body, v) == "read":
+                return "read"
+        elif isinstance(s, Assign) and s.target == v:
+            return "rebound"
+    return None
+
+
+def _live_after(path, v, outputs):
+    """Is the binding `v` has at the statement at `path` read after that statement
+    (later in its block, in a later iteration of an enclosing loop, or as an output)?"""
+    for depth in range(len(path) - 1, -1, -1):
+        block, k = path[depth]
+        found = _scan(block[k + 1:], v)
+        if found is not None:
+            return found == "read"
+        if depth > 0 and isinstance(path[depth - 1][0][path[depth - 1][1]], (For, While)):
+            if _scan(block[:k + 1], v) == "read":
+                return True
+    return v in outputs
+
+
+def _interval(index):
+    """[lo, hi) along the first axis for a constant, non-negative index or slice; None otherwise."""
+    e = index.elts[0] if isinstance(index, ast.Tuple) else index
+    if isinstance(e, ast.Constant) and type(e.value) is int and e.value >= 0:
+        return e.value, e.value + 1
+    if isinstance(e, ast.Slice) and e.step is None:
+        lo = 0 if e.lower is None else e.lower.value if isinstance(e.lower, ast.Constant) else None
+        hi = float("inf") if e.upper is None else e.upper.value if isinstance(e.upper, ast.Constant) else None
+        if type(lo) is int and lo >= 0 and (hi == float("inf") or (type(hi) is int and hi >= 0)):
+            return lo, hi
+    return None
+
+
+def _disjoint(view_def, store):
+    """A view `v = a[...]` and a write `a[...] = ...` on constant, non-overlapping ranges of the first axis."""
+    if view_def is None or not isinstance(view_def.value, ast.Subscript):
+        return False
+    base = view_def.value.value
+    if not (isinstance(base, ast.Name) and base.id == store.array):
+        return False
+    a, b = _interval(view_def.value.slice), _interval(store.index)
+    return a is not None and b is not None and (a[1] <= b[0] or b[1] <= a[0])
+

@@ -129,11 +129,18 @@ def compiler_hash():
     """Changes whenever the compiler's own source changes (stale caches are never reused)."""
     global _COMPILER_HASH
     if _COMPILER_HASH is None:
-        h = hashlib.sha256(numba.__version__.encode())
-        for f in sorted(_HERE.glob("*.py")):
-            h.update(f.read_bytes())
-        _COMPILER_HASH = h.hexdigest()
+        _COMPILER_HASH = tree_hash(_HERE, numba.__version__)
     return _COMPILER_HASH
+
+
+def tree_hash(root, salt=""):
+    """A hash of every .py file under `root`, subfolders included, with its path: a file moved,
+    added or edited anywhere in the compiler gives another key."""
+    h = hashlib.sha256(salt.encode())
+    for f in sorted(Path(root).rglob("*.py")):
+        h.update(f.relative_to(root).as_posix().encode() + b"\0")
+        h.update(f.read_bytes())
+    return h.hexdigest()
 
 
 def cache_key(primal_source, arg_types, active, options=()):

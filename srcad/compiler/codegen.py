@@ -54,6 +54,15 @@ def loop_header(s):
     return f"while {s.cond}:"
 
 
+def assign_src(s):
+    """`name = value`, or `name op= operand` where the user wrote an augmented assignment:
+    on an array that is an in-place update of the array the name refers to."""
+    v = s.value
+    if s.aug and isinstance(v, ast.BinOp) and isinstance(v.left, ast.Name) and v.left.id == s.target:
+        return src(ast.AugAssign(target=ast.Name(id=s.target, ctx=ast.Store()), op=v.op, value=v.right))
+    return f"{s.target} = {src(v)}"
+
+
 def subscript(array, index):
     return src(ast.Subscript(value=ast.Name(id=array, ctx=ast.Load()), slice=index, ctx=ast.Load()))
 
@@ -85,7 +94,7 @@ def emit_stmt(w, s, indent, hooks):
     w.at(indent, s.origin)
     hooks.before(s, indent, w)
     if isinstance(s, Assign):
-        w.line(indent, f"{s.target} = {src(s.value)}", s.origin)
+        w.line(indent, assign_src(s), s.origin)
     elif isinstance(s, Store):
         w.line(indent, f"{subscript(s.array, s.index)} = {src(s.value)}", s.origin)
     elif isinstance(s, If):
@@ -111,7 +120,7 @@ import numpy as np
 import numba
 from numba import types
 from numba.typed import List
-from srcad.compiler.runtime import grow, push, sum_into, trip_count
+from srcad.compiler.runtime import grow, log_or_zero, power_slope, push, sum_into, trip_count
 """
 
 

@@ -41,7 +41,7 @@ class FuncInfo:
     def error(self, node, construct, hint):
         return TransformError(
             f"{self.name} ({self.filename}, line {self.file_line(node)}): "
-            f"{construct} is not supported by srcad's compiler. Hint: {hint}")
+            f"{construct} is not supported by srcad's compiler. Hint: {hint} (the supported subset: docs/subset.md)")
 
 
 def unwrap(obj):
@@ -118,9 +118,9 @@ _REFUSED = {
 def fence(info):
     """Refuse unsupported constructs up front, naming line and construct."""
     fn = info.tree
-    if fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs or fn.args.defaults:
-        raise info.error(fn, "*args, **kwargs, keyword-only or default arguments",
-                         "give the compiled function plain positional parameters")
+    if fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs or fn.args.posonlyargs:
+        raise info.error(fn, "*args, **kwargs, keyword-only or positional-only parameters",
+                         "give the compiled function plain parameters (default values are fine)")
     body = list(fn.body)
     if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
             and isinstance(body[0].value.value, str):
@@ -148,10 +148,14 @@ def fence(info):
 
 _MODULES = {"np": np, "math": math}
 _CANON = {}
+# NumPy 2's array-API spellings (np.acosh for np.arccosh, ...) name the same functions:
+# the classic names are canonical, so that rules and messages use what users write.
+_ALIASES = {"acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "pow", "concat", "permute_dims",
+            "bitwise_invert", "bitwise_left_shift", "bitwise_right_shift"}
 for _mod_name, _mod in _MODULES.items():
     # vars(), not dir() + getattr(): NumPy's module __getattr__ would import its
     # lazy submodules (numpy.f2py, numpy.ma, ...: ~0.1 s), none of them callable.
-    for _attr, _val in sorted(vars(_mod).items()):
+    for _attr, _val in sorted(vars(_mod).items(), key=lambda kv: (_mod is np and kv[0] in _ALIASES, kv[0])):
         if callable(_val):
             _CANON.setdefault(id(_val), f"{_mod_name}.{_attr}")
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .frontend import all_names, canonical_callable, is_stop_gradient, load, resolve, unwrap
+from .frontend import TransformError, all_names, canonical_callable, is_stop_gradient, load, resolve, unwrap
 from .rules import ELEMENTWISE
 
 
@@ -75,6 +75,34 @@ class While:
     origin: Origin
 
 
+def blocks(s):
+    """The statement lists nested directly in statement `s`."""
+    if isinstance(s, If):
+        return [s.body, s.orelse]
+    if isinstance(s, (For, While)):
+        return [s.body]
+    return []
+
+
+def walk(stmts):
+    """Every IR statement, depth first."""
+    for s in stmts:
+        yield s
+        for block in blocks(s):
+            yield from walk(block)
+
+
+def defined_names(s):
+    """The names statement `s` itself binds: an assignment's target, a loop's index or trip counter."""
+    if isinstance(s, Assign):
+        return {s.target}
+    if isinstance(s, For):
+        return {s.var}
+    if isinstance(s, While):
+        return {s.counter}
+    return set()
+
+
 @dataclass
 class Program:
     name: str
@@ -112,6 +140,7 @@ class Context:
         self.infos = [top]
         self.loaded = {}
         self.sites = {}
+        self.tuples = {}          # local name bound to a tuple -> the names of its elements
 
     def load(self, pyfunc):
         if pyfunc not in self.loaded:
@@ -256,6 +285,13 @@ class Lowerer:
             raise self.err(node, "tuple used as a value", "unpack it: a, b = ...")
         return e if is_atom(e) else self.temp(e)
 
+    def arg_value(self, node):
+        """A helper's argument: an atom, or a tuple of atoms (passed whole)."""
+        e = self.expr(node)
+        if isinstance(e, ast.Tuple):
+            return ast.Tuple(elts=[x if is_atom(x) else self.temp(x) for x in e.elts], ctx=ast.Load())
+        return e if is_atom(e) else self.temp(e)
+
     def sub_block(self, stmts):
         saved, self.out = self.out, []
         self.block(stmts)
@@ -327,7 +363,7 @@ class Lowerer:
     def stmt(self, s):
         method = getattr(self, "stmt_" + type(s).__name__, None)
         if method is None:
-            raise self.err(s, f"`{type(s).__name__}` statement", "see DESIGN.md for the supported subset")
+            raise self.err(s, f"`{type(s).__name__}` statement", "see docs/subset.md for the supported subset")
         method(s)
 
     def stmt_Pass(self, s):
@@ -352,8 +388,26 @@ class Lowerer:
             return
         value = self.expr(s.value)
         if isinstance(value, ast.Tuple):
-            raise self.err(s, "assigning a tuple to one name", "unpack it: a, b = ...")
+            if not isinstance(target, ast.Name):
+                raise self.err(s, "storing a tuple into an array element", "store its elements one by one")
+            self.bind_tuple(self.local(target.id), value, s)
+            return
+        if isinstance(target, ast.Name) and self.local(target.id) in self.ctx.tuples:
+            raise self.err(s, f"`{target.id}` bound to a tuple and to a single value",
+                           "use a different name for each")
         self.store(target, value, s)
+
+    def bind_tuple(self, local, value, node):
+        """`t = a, b` (or a helper's tuple result): one name per element, the same names at
+        every binding of `t`, so tuples carried through loops and branches stay plain values."""
+        elems = self.ctx.tuples.setdefault(local, [self.fresh(f"{local}_{k}") for k in range(len(value.elts))])
+        if len(elems) != len(value.elts):
+            raise self.err(node, f"`{local}` bound to tuples of different lengths",
+                           "keep one length per name")
+        for e, v in zip(elems, value.elts):
+            if isinstance(v, ast.Tuple):
+                raise self.err(node, "a tuple nested in a tuple", "unpack the inner tuple first")
+            self.assign(e, v if is_atom(v) else self.temp(v))
 
     def store(self, target, value, node, aug=False):
         if isinstance(target, ast.Name):
@@ -405,6 +459,11 @@ class Lowerer:
                                                slice=const(k), ctx=ast.Load())))
             return
         value = self.expr(value_node)
+        if isinstance(value, ast.Name) and all(isinstance(t, (ast.Name, ast.Subscript)) for t in target.elts):
+            # a tuple argument (a Numba tuple): its elements by position
+            for k, t in enumerate(target.elts):
+                pairs.append((t, self.temp(ast.Subscript(value=value, slice=const(k), ctx=ast.Load()))))
+            return
         if not isinstance(value, ast.Tuple) or len(value.elts) != len(target.elts) \
                 or not all(isinstance(t, (ast.Name, ast.Subscript)) for t in target.elts):
             raise self.err(s, "unpacking this value", "unpack a tuple literal, a helper's tuple "
@@ -428,12 +487,32 @@ class Lowerer:
         else:
             raise self.err(s, "this augmented assignment target", "assign to a name or an array element")
 
+    def constant_test(self, node):
+        """The truth value of a test made of constants only (None when it depends on data)."""
+        saved = self.out
+        self.out = []
+        try:
+            e = self.expr(node)
+        except TransformError:
+            e = None
+        finally:
+            emitted, self.out = self.out, saved
+        if isinstance(e, ast.Constant) and not emitted:
+            return bool(e.value)
+        return None
+
     def condition(self, node):
         """The name an `If` tests: IR conditions are plain names."""
         cond = self.atom(node)
         return cond.id if isinstance(cond, ast.Name) else self.temp(cond, "cond").id
 
     def stmt_If(self, s):
+        known = self.constant_test(s.test)
+        if known is not None:
+            # A branch on constants (module-level settings) is decided here, before anything is
+            # differentiated: the dead branch never reaches Numba or the adjoint.
+            self.block(s.body if known else s.orelse)
+            return
         cond = self.condition(s.test)
         origin = self.origin
         body = self.sub_block(s.body)
@@ -561,7 +640,7 @@ class Lowerer:
     def expr(self, node):
         method = getattr(self, "expr_" + type(node).__name__, None)
         if method is None:
-            raise self.err(node, f"`{type(node).__name__}` expression", "see DESIGN.md for the supported subset")
+            raise self.err(node, f"`{type(node).__name__}` expression", "see docs/subset.md for the supported subset")
         return method(node)
 
     def expr_Constant(self, node):
@@ -574,6 +653,9 @@ class Lowerer:
         if n in self.subst:
             return copy.deepcopy(self.subst[n])
         if n in self.rename:
+            elems = self.ctx.tuples.get(self.rename[n])
+            if elems is not None:
+                return ast.Tuple(elts=[name(e) for e in elems], ctx=ast.Load())
             return name(self.rename[n])
         kind = resolve(self.info, n)
         if kind[0] == "const":
@@ -593,21 +675,21 @@ class Lowerer:
 
     def expr_BinOp(self, node):
         if isinstance(node.op, _TREE_OPS):
-            return ast.BinOp(left=self.operand(node.left), op=node.op, right=self.operand(node.right))
-        return ast.BinOp(left=self.atom(node.left), op=node.op, right=self.atom(node.right))
+            return _folded(ast.BinOp(left=self.operand(node.left), op=node.op, right=self.operand(node.right)))
+        return _folded(ast.BinOp(left=self.atom(node.left), op=node.op, right=self.atom(node.right)))
 
     def expr_UnaryOp(self, node):
         if isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
                 and isinstance(node.operand.value, (int, float)) and not isinstance(node.operand.value, bool):
             return const(-node.operand.value)
         if isinstance(node.op, (ast.USub, ast.UAdd)):
-            return ast.UnaryOp(op=node.op, operand=self.operand(node.operand))
-        return ast.UnaryOp(op=node.op, operand=self.atom(node.operand))
+            return _folded(ast.UnaryOp(op=node.op, operand=self.operand(node.operand)))
+        return _folded(ast.UnaryOp(op=node.op, operand=self.atom(node.operand)))
 
     def expr_Compare(self, node):
         if len(node.ops) == 1:
-            return ast.Compare(left=self.atom(node.left), ops=node.ops,
-                               comparators=[self.atom(node.comparators[0])])
+            return _folded(ast.Compare(left=self.atom(node.left), ops=node.ops,
+                                       comparators=[self.atom(node.comparators[0])]))
         parts = []
         left = node.left
         for op, right in zip(node.ops, node.comparators):
@@ -624,6 +706,9 @@ class Lowerer:
         return t
 
     def expr_IfExp(self, node):
+        known = self.constant_test(node.test)
+        if known is not None:
+            return self.expr(node.body if known else node.orelse)
         cond = self.condition(node.test)
         t = self.fresh("choice")
         origin = self.origin
@@ -653,6 +738,14 @@ class Lowerer:
             arr = self.atom(v.value)
             return ast.Subscript(value=ast.Attribute(value=arr, attr="shape", ctx=ast.Load()),
                                  slice=self.index(node.slice), ctx=ast.Load())
+        if isinstance(v, ast.Name):
+            whole = self.expr(v)
+            if isinstance(whole, ast.Tuple):
+                k = node.slice.value if isinstance(node.slice, ast.Constant) else None
+                if not isinstance(k, int) or not -len(whole.elts) <= k < len(whole.elts):
+                    raise self.err(node, "indexing a tuple with something other than a constant in range",
+                                   "index tuples with constants, or unpack them: a, b = t")
+                return whole.elts[k]
         base = self.atom(v)
         if not isinstance(base, ast.Name):
             base = self.temp(base)
@@ -678,16 +771,18 @@ class Lowerer:
 
     def expr_Attribute(self, node):
         path, obj = self.module_path(node)
+        if path is not None and obj is None and node.attr == "newaxis":
+            return const(None)
         if path is not None and isinstance(obj, (int, float)):
             return ast.Attribute(value=name(path.split(".")[0]), attr=node.attr, ctx=ast.Load()) \
                 if path.count(".") == 1 else const(obj)
         if isinstance(node.value, ast.Name) and self.is_local(node.value.id):
             base = self.atom(node.value)
-            if node.attr in ("shape", "ndim", "size"):
+            if node.attr in ("shape", "ndim", "size", "dtype"):
                 return ast.Attribute(value=base, attr=node.attr, ctx=ast.Load())
             if node.attr == "T":
                 return self.call("np.transpose", [base], [])
-        raise self.err(node, f"attribute `.{node.attr}`", "only .shape, .ndim, .size and .T of arrays "
+        raise self.err(node, f"attribute `.{node.attr}`", "only .shape, .ndim, .size, .dtype and .T of arrays "
                        "and constants of math/numpy are supported; attributes of user objects are not")
 
     def call(self, fn, args, keywords):
@@ -726,7 +821,7 @@ class Lowerer:
                 if path is not None:
                     canon = canon or path
                     return self.call(canon, self.call_args(canon, node.args, kws), kws)
-            if isinstance(f.value, ast.Name) and self.is_local(f.value.id) and f.attr in _METHODS:
+            if f.attr in _METHODS and (not isinstance(f.value, ast.Name) or self.is_local(f.value.id)):
                 base = self.atom(f.value)
                 return self.call(_METHODS[f.attr], [base] + [self.arg(a) for a in node.args], kws)
             if isinstance(f.value, ast.Name) and self.is_local(f.value.id) and f.attr == "astype":
@@ -752,8 +847,10 @@ class Lowerer:
             return self.expr_Tuple(a)
         if isinstance(a, ast.Attribute):
             path, obj = self.module_path(a)
-            if path is not None and not isinstance(obj, (int, float)):
+            if path is not None and not isinstance(obj, (int, float)) and obj is not None:
                 return ast.parse(path, mode="eval").body
+            if a.attr == "dtype":
+                return self.expr_Attribute(a)
         return self.atom(a)
 
     def stop_gradient(self, node):
@@ -774,7 +871,7 @@ class Lowerer:
         if len(params) != len(node.args):
             raise self.err(node, f"call to `{info.name}` with {len(node.args)} arguments "
                            f"(it takes {len(params)})", "pass every parameter")
-        args = [self.atom(a) for a in node.args]
+        args = [self.arg_value(a) for a in node.args]
         k = self.ctx.sites.get(info.name, 0) + 1
         self.ctx.sites[info.name] = k
         prefix = info.name if k == 1 else f"{info.name}{k}"
@@ -782,14 +879,17 @@ class Lowerer:
         locals_ = assigned | set(params)
         rename, subst = {}, {}
         for p, a in zip(params, args):
-            if p not in assigned and isinstance(a, (ast.Name, ast.Constant)):
+            if p not in assigned and isinstance(a, (ast.Name, ast.Constant, ast.Tuple)):
                 subst[p] = a
         for n in sorted(locals_):
             if n not in subst:
                 rename[n] = self.fresh(f"{prefix}_{n}")
         for p, a in zip(params, args):
             if p not in subst:
-                self.assign(rename[p], a)
+                if isinstance(a, ast.Tuple):
+                    self.bind_tuple(rename[p], a, node)
+                else:
+                    self.assign(rename[p], a)
         self.ctx.stack.append(pyfunc)
         sub = Lowerer(self.ctx, info, rename, subst, True)
         body, outs, is_tuple = sub.function()
@@ -802,6 +902,20 @@ class Lowerer:
         if not outs:
             return const(0)
         return outs[0]
+
+
+def _folded(e):
+    """`e` as a constant when all its operands are constants (`ORDER > 1` with ORDER a global)."""
+    kids = [e.left, e.right] if isinstance(e, ast.BinOp) else [e.operand] if isinstance(e, ast.UnaryOp) \
+        else [e.left] + e.comparators
+    if not all(isinstance(k, ast.Constant) for k in kids):
+        return e
+    try:
+        tree = ast.fix_missing_locations(ast.Expression(body=copy.deepcopy(e)))
+        value = eval(compile(tree, "<constant>", "eval"), {"__builtins__": {}})
+    except (ArithmeticError, TypeError, ValueError):
+        return e
+    return const(value) if isinstance(value, (bool, int, float)) else e
 
 
 def _plain_number(v):

@@ -22,10 +22,10 @@ import re
 from numba.core import types as nt
 
 from .accumulate import hoist_invariant_accumulations
-from .activity import rank, walk
+from .activity import rank
 from .codegen import Hooks, Writer, emit_block, outputs_src, src, subscript, tidy, tuple_src
 from .frontend import TransformError
-from .normalize import Assign, For, If, Store, While, is_atom, is_tree, leaves
+from .normalize import Assign, For, If, Store, While, defined_names, is_atom, is_tree, leaves, walk
 from .rules import ARRAY_RULES, ELEMENTWISE, NONDIFF, OPERATORS
 from .saves import required_before, undoable
 
@@ -60,7 +60,7 @@ class Reverse:
         for s in walk(program.body):
             if isinstance(s, While):
                 self.types[s.counter] = nt.int64
-            for n in _stmt_defs(s):
+            for n in defined_names(s):
                 # Numba prunes branches on constants and leaves their names untyped:
                 # the code is dead, any scalar type keeps the generated code valid.
                 self.types.setdefault(n, nt.boolean)
@@ -69,12 +69,13 @@ class Reverse:
         self.stacks = {}
         self.list_types = {}
         self.multi = self.find_multi()
+        self.shape_varying = self.find_shape_varying()
         self.private = self.loop_private()
         self.innermost = {}
         self.map_loops(program.body, None)
         self.invariant = self.loop_invariant()
         # Never change once set: the steps an integer update may be undone by.
-        self.stable = self.invariant | (self.params - {n for t in walk(program.body) for n in _stmt_defs(t)})
+        self.stable = self.invariant | (self.params - {n for t in walk(program.body) for n in defined_names(t)})
         self.ctx = None           # the loop whose iteration the adjoint is re-running, if any
         self.req = {}             # id(loop or None) -> {id(stmt): names required before it}
         self.recompute = self.find_recompute_loops()
@@ -116,7 +117,7 @@ class Reverse:
 
         def visit(stmts, depth):
             for s in stmts:
-                for target in _stmt_defs(s):
+                for target in defined_names(s):
                     count[target] = count.get(target, 0) + 1
                     if depth:
                         looped.add(target)
@@ -127,6 +128,37 @@ class Reverse:
                     visit(s.body, depth + 1)
         visit(self.p.body, 0)
         return {n for n, c in count.items() if c > 1 or n in looped}
+
+    def find_shape_varying(self):
+        """Arrays rebound in loops whose shape may change from one binding to the next (slices
+        with moving bounds, allocations of varying size, and arrays computed from those). The
+        reverse sweep restores each one's previous binding at its definition, so that its adjoint
+        is re-created there with the shape the earlier uses need."""
+        defs = {}
+        for t in walk(self.p.body):
+            for n in defined_names(t):
+                defs.setdefault(n, []).append(t)
+        moving = self.multi | {_loop_var(t) for t in walk(self.p.body) if isinstance(t, (For, While))}
+        memo = {}
+
+        def varies(n):
+            if n not in memo:
+                memo[n] = False
+                memo[n] = isinstance(self.types.get(n), nt.Array) and n not in self.params and \
+                    any(isinstance(d, Assign) and expr_varies(d.value) for d in defs.get(n, ()))
+            return memo[n]
+
+        def expr_varies(e):
+            for node in ast.walk(e):
+                if isinstance(node, ast.Slice) and any(_names(b) & moving for b in (node.lower, node.upper, node.step)):
+                    return True
+                if isinstance(node, ast.Call) and getattr(node, "srcad_fn", None) in NONDIFF and \
+                        any(_names(a) & moving for a in node.args):
+                    return True
+                if isinstance(node, ast.Name) and varies(node.id):
+                    return True
+            return False
+        return {n for n in self.multi if varies(n)}
 
     def loop_private(self):
         """Loop indices defined only by `for` headers and read only inside their
@@ -140,7 +172,7 @@ class Reverse:
                     outside.update(n for n in _stmt_reads(s) if n not in inside)
                     visit(s.body, inside | {s.var})
                     continue
-                other_defs.update(_stmt_defs(s))
+                other_defs.update(defined_names(s))
                 outside.update(n for n in _stmt_reads(s) if n not in inside)
                 if isinstance(s, If):
                     visit(s.body, inside)
@@ -165,7 +197,7 @@ class Reverse:
         value every time, so never saved however often the assignment runs."""
         defs = {}
         for s in walk(self.p.body):
-            for n in _stmt_defs(s):
+            for n in defined_names(s):
                 defs.setdefault(n, []).append(s)
         invariant = set()
         changed = True
@@ -204,7 +236,7 @@ class Reverse:
             for t in walk(self.p.body):
                 if id(t) not in inside:
                     outside_reads |= _stmt_reads(t)
-                    outside_defs |= _stmt_defs(t)
+                    outside_defs |= defined_names(t)
             outside_reads |= {n for a in self.p.outputs for n in _names(a)}
             shared = sorted(v for v in assigned if v in outside_reads or v in outside_defs)
             needed, exposed = self.recomputed_statements(body)
@@ -270,7 +302,7 @@ class Reverse:
             return None
         if any(isinstance(t, Store) and t.array in scratch and self.store_kind(t) != "elem" for t in inner):
             return None
-        assigned = {n for t in inner for n in _stmt_defs(t)}
+        assigned = {n for t in inner for n in defined_names(t)}
         exposed = _exposed(s.body, {s.var})
         carried = sorted((exposed & assigned) - scratch)
         if not all(isinstance(self.types.get(v), (nt.Number, nt.Boolean)) for v in carried):
@@ -294,7 +326,7 @@ class Reverse:
         allocs = []
         defs = {}
         for t in walk(self.p.body):
-            for n in _stmt_defs(t):
+            for n in defined_names(t):
                 defs[n] = defs.get(n, 0) + 1
         for t in walk(self.p.body):
             if id(t) in inside:
@@ -310,7 +342,7 @@ class Reverse:
                 and len(v.args) == 1 and not v.keywords):
             return False
         size = v.args[0]
-        top = {n for t in self.p.body if isinstance(t, Assign) for n in _stmt_defs(t)}
+        top = {n for t in self.p.body if isinstance(t, Assign) for n in defined_names(t)}
         for n in _names(size):   # the same value wherever it is read: a parameter or set once, at top level
             if defs.get(n, 0) > 1 or (n in self.params and defs.get(n, 0)) or (defs.get(n, 0) and n not in top):
                 return False
@@ -344,7 +376,7 @@ class Reverse:
                 fresh.add(id(s))
             for t in walk([s]):
                 seen.update(_stmt_reads(t))
-                seen.update(_stmt_defs(t))
+                seen.update(defined_names(t))
         return fresh
 
     def plan(self):
@@ -371,7 +403,8 @@ class Reverse:
         """Names whose values before `s` its adjoint reads."""
         if isinstance(s, Assign):
             lines = self.adjoint_assign(s) if s.target in self.an.active and not s.nodiff else []
-            return frozenset(self.names_read(lines)[1] & self.variables)
+            own = {s.target} if s.target in self.shape_varying and s.target in self.an.active else set()
+            return frozenset(self.names_read(lines)[1] & self.variables | own)
         if isinstance(s, Store):
             lines = self.rev_store(s, pops=False)
             return frozenset(self.names_read(lines)[1] & self.variables)
@@ -394,7 +427,7 @@ class Reverse:
     def kills(self, s):
         if isinstance(s, (For, While)) and id(s) in self.recompute:
             return frozenset(self.recompute[id(s)]["assigned"])
-        return frozenset(_stmt_defs(s))
+        return frozenset(defined_names(s))
 
     def undo(self, s):
         return undoable(s, self.types, self.stable)
@@ -628,9 +661,24 @@ class Reverse:
             out += [(0, f"{top} -= 1", None), (0, f"{subscript(s.array, s.index)} = {stack}[{top}]", None)]
         if s.array in self.an.active:
             view = subscript(self.adj(s.array), s.index)
-            out += self.accumulate(s.value, view, "reduce", rank(self.stored_type(s)))
-            out.append((0, f"{view} = 0.0", None))
+            stored_rank = rank(self.stored_type(s))
+            if self.reads_own_array(s):
+                # NumPy reads the right-hand side completely before writing, so where source and
+                # destination may overlap (z[1:] = z[:-1], z[i] = z[j] with i == j) the incoming
+                # adjoint is taken out before it is zeroed and passed on.
+                g = self.local_name(s, f"g_{s.array}")
+                taken = f"{view}.copy()" if stored_rank else view
+                out += [(0, f"{g} = {taken}", None), (0, f"{view} = 0.0", None)]
+                out += self.accumulate(s.value, g, "reduce", stored_rank)
+            else:
+                out += self.accumulate(s.value, view, "reduce", stored_rank)
+                out.append((0, f"{view} = 0.0", None))
         return [(0, s.origin.comment(), s.origin)] + out if out else []
+
+    def reads_own_array(self, s):
+        """Does Store `s` copy from the array it writes into?"""
+        v = s.value
+        return isinstance(v, ast.Subscript) and isinstance(v.value, ast.Name) and v.value.id == s.array
 
     def adjoint_assign(self, s):
         v, ty = s.target, self.types.get(s.target)
@@ -751,22 +799,12 @@ class Reverse:
         for k, expr, mode in triples:
             if not self.an.is_active(args[k]):
                 continue
-            if mode == "element":
-                _, idx, val = expr
-                result.append((("index", args[k], self.subst(idx, args)), self.subst(val, args), "exact", 0))
-                continue
             r = ranks[k] if mode in ("exact", "expand") else out_rank
             result.append((args[k], self.subst(expr, args), mode, r))
         return result
 
     def accumulate(self, atom, expr, mode, expr_rank):
         """Lines adding `expr` into the adjoint of `atom`."""
-        if isinstance(atom, tuple):
-            _, arr, idx = atom
-            if not self.an.is_active(arr):
-                return []
-            lhs = f"{self.adj(arr.id)}[{idx}]"
-            return [(0, f"{lhs} += {tidy(expr)}", None)]
         if isinstance(atom, (ast.Constant, ast.Attribute)) or not self.an.is_active(atom):
             return []
         if isinstance(atom, ast.Name):
@@ -1050,16 +1088,6 @@ def _stmt_reads(s):
         return _names(s.start) | _names(s.stop) | _names(s.step)
     if isinstance(s, While):
         return {s.cond}
-    return set()
-
-
-def _stmt_defs(s):
-    if isinstance(s, Assign):
-        return {s.target}
-    if isinstance(s, For):
-        return {s.var}
-    if isinstance(s, While):
-        return {s.counter}
     return set()
 
 

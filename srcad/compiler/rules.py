@@ -37,6 +37,8 @@ _UNARY = {
     "atan": "1.0 / (1.0 + a * a)",
     "arcsinh": "1.0 / {M}.sqrt(a * a + 1.0)",
     "asinh": "1.0 / {M}.sqrt(a * a + 1.0)",
+    "arccosh": "1.0 / {M}.sqrt(a * a - 1.0)",
+    "acosh": "1.0 / {M}.sqrt(a * a - 1.0)",
     "arctanh": "1.0 / (1.0 - a * a)",
     "atanh": "1.0 / (1.0 - a * a)",
     "erf": "1.1283791670955126 * {M}.exp(-a * a)",
@@ -45,6 +47,11 @@ _UNARY = {
     "fabs": "np.sign(a)",
     "absolute": "np.sign(a)",
     "square": "2.0 * a",
+    "reciprocal": "-1.0 / (a * a)",
+    "deg2rad": "0.017453292519943295",
+    "radians": "0.017453292519943295",
+    "rad2deg": "57.29577951308232",
+    "degrees": "57.29577951308232",
     "negative": "-1.0",
     "positive": "1.0",
     "copy": "1.0",
@@ -56,11 +63,13 @@ _UNARY = {
 }
 
 _BINARY = {
-    "pow": ("b * a ** (b - 1.0)", "{M}.log(a) * a ** b"),
-    "power": ("b * a ** (b - 1.0)", "np.log(a) * a ** b"),
+    "pow": ("power_slope(a, b)", "log_or_zero(a) * a ** b"),
+    "power": ("power_slope(a, b)", "log_or_zero(a) * a ** b"),
     "atan2": ("b / (a * a + b * b)", "-a / (a * a + b * b)"),
     "arctan2": ("b / (a * a + b * b)", "-a / (a * a + b * b)"),
     "hypot": ("a / {M}.hypot(a, b)", "b / {M}.hypot(a, b)"),
+    "logaddexp": ("1.0 / (1.0 + np.exp(b - a))", "1.0 / (1.0 + np.exp(a - b))"),
+    "logaddexp2": ("1.0 / (1.0 + np.exp2(b - a))", "1.0 / (1.0 + np.exp2(a - b))"),
     "maximum": ("(a >= b)", "(a < b)"),
     "fmax": ("(a >= b)", "(a < b)"),
     "minimum": ("(a <= b)", "(a > b)"),
@@ -80,7 +89,7 @@ OPERATORS = {
     "Sub": ("1", "-1"),
     "Mult": ("b", "a"),
     "Div": ("1.0 / b", "-a / (b * b)"),
-    "Pow": ("b * a ** (b - 1)", "{M}.log(a) * a ** b"),
+    "Pow": ("power_slope(a, b)", "log_or_zero(a) * a ** b"),
     "Mod": ("1", "-np.floor(a / b)"),
     "USub": ("-1",),
     "UAdd": ("1",),
@@ -139,10 +148,12 @@ def _mean(ranks, axis=None):
 
 
 def _extremum(fn):
+    """np.max / np.min: the adjoint is split equally among tied extrema (TensorFlow's rule, and the
+    eager table's)."""
     def rule(ranks, axis=None):
-        if ranks[0] != 1 or axis is not None:
+        if axis is not None:
             return None
-        return [(0, ("index", f"np.{fn}(a)", "g"), "element")]
+        return [(0, f"g * (a == np.{fn}(a)) / np.sum(a == np.{fn}(a))", "exact")]
     return rule
 
 
@@ -167,10 +178,10 @@ ARRAY_RULES = {
     "np.dot": _matmul,
     "MatMult": _matmul,
     "np.matmul": _matmul,
-    "np.max": _extremum("argmax"),
-    "np.amax": _extremum("argmax"),
-    "np.min": _extremum("argmin"),
-    "np.amin": _extremum("argmin"),
+    "np.max": _extremum("max"),
+    "np.amax": _extremum("max"),
+    "np.min": _extremum("min"),
+    "np.amin": _extremum("min"),
     "np.linalg.norm": _norm,
     "np.outer": _outer,
     "np.transpose": _transpose,

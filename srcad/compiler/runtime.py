@@ -86,3 +86,41 @@ def trip_count(start, stop, step):
     if step > 0:
         return max(0, (stop - start + step - 1) // step)
     return max(0, (start - stop - step - 1) // (-step))
+
+
+def log_or_zero(x):
+    """log(x) where x > 0, else 0: the derivative of x ** y with respect to y is taken as
+    0 where the base is not positive, in the compiled layer as in the eager one."""
+    x = np.asarray(x)
+    return np.where(x > 0, np.log(np.where(x > 0, x, 1.0)), 0.0)[()]
+
+
+@overload(log_or_zero, jit_options={"no_cpython_wrapper": True, "no_cfunc_wrapper": True})
+def _log_or_zero_overload(x):
+    if isinstance(x, numba.types.Array):
+        def array(x):
+            return np.where(x > 0, np.log(np.where(x > 0, x, 1.0)), 0.0)
+        return array
+
+    def scalar(x):
+        return np.log(x) if x > 0 else 0.0 * x
+    return scalar
+
+
+def power_slope(a, b):
+    """d(a ** b)/da = b * a ** (b - 1), taken as 0 where b == 0 (so 0 ** 0 has slope 0, not nan):
+    the eager table's convention."""
+    b = np.asarray(b)
+    return (b * np.asarray(a) ** np.where(b != 0, b - 1.0, 0.0))[()]
+
+
+@overload(power_slope, jit_options={"no_cpython_wrapper": True, "no_cfunc_wrapper": True})
+def _power_slope_overload(a, b):
+    if isinstance(b, numba.types.Array):
+        def array_exponent(a, b):
+            return b * a ** np.where(b != 0, b - 1.0, 0.0)
+        return array_exponent
+
+    def scalar_exponent(a, b):
+        return b * a ** (b - 1.0) if b != 0 else 0.0 * a
+    return scalar_exponent

@@ -10,8 +10,10 @@ from .backend import (Typed, cache_dir, cache_key, content_hash, entry_lock, imp
                       load_cached, load_meta, read_module, refuse, save_meta, user_error, write_module)
 from .codegen import HEADER, primal_source
 from .frontend import load
+from .inplace import resolve_inplace
 from .normalize import Store, lower
 from .reverse import Reverse
+from .webs import split_webs
 
 
 class Transformed:
@@ -139,6 +141,7 @@ def _transform(pyfunc, arg_types, active, boundscheck, root):
     info = load(pyfunc)
     _check_arguments(info, arg_types, active)
     program = lower(info)
+    split_webs(program)
     fname = info.name
     primal_w = primal_source(program, f"{fname}_primal")
     primal_text = primal_w.text()
@@ -175,6 +178,7 @@ def _generate(program, info, primal, primal_text, primal_path, primal_origins, a
     types = unify_types(typed.typemap)
     for p, t in zip(program.params, arg_types):
         types[p] = t
+    resolve_inplace(program, types)
     analysis = Analysis(program, types, active)
     analysis.check()
     written = _written_params(program, analysis)

@@ -115,6 +115,14 @@ def aliasing(x):
     return np.sum(y * x)
 
 
+def view_after_write(x):
+    y = x.copy()
+    v = y[1:]
+    y[0] = 2.0
+    y[1] = 3.0
+    return np.sum(v * x[1:])
+
+
 def global_array(x):
     return np.sum(x * TABLE)
 

@@ -25,6 +25,7 @@ import types
 import numpy as np
 
 import srcad as ad
+from srcad.testing import check_function, cotangents, fd_is_accurate, fresh, scalarize
 
 
 class Case:
@@ -51,6 +52,41 @@ class Case:
 
 
 CASES = []
+_decorated = {}
+
+
+def decorated(case):
+    """``ad.function(case.fn)``, once per function (compiled signatures are shared across tests)."""
+    f = _decorated.get(case.fn)
+    if f is None:
+        f = _decorated[case.fn] = ad.function(case.fn)
+    return f
+
+
+def check_case(case, use_variables=False):
+    """srcad.testing.check_function on one case: compiled result vs Python, tape gradient vs FD."""
+    f = decorated(case)
+    assert f.python_function is case.fn, f"{case.name}: python_function is not the undecorated function"
+    return check_function(f, case.make_args(), case.active, fd_fn=case.fd_fn, name=case.name,
+                          use_variables=use_variables)
+
+
+def fd_is_accurate_for(case):
+    """Central differences of the case are accurate at its inputs (no kink within reach)."""
+    args = tuple(_upcast(a) for a in case.make_args())
+    ws = cotangents(list(out) if isinstance(out := case.fn(*fresh(args)), tuple) else [out])
+
+    def phi(a):
+        a = fresh(a)
+        o = case.fd_fn(args, a) if case.fd_fn is not None else case.fn(*a)
+        return scalarize(list(o) if isinstance(o, tuple) else [o], ws)
+    return fd_is_accurate(phi, args, case.active)
+
+
+def _upcast(v):
+    if isinstance(v, np.ndarray) and v.dtype == np.float32:
+        return v.astype(np.float64)
+    return np.float64(v) if isinstance(v, np.float32) else v
 
 
 def case(make_args, active=(0,), fd_fn=None, suffix=""):

@@ -261,3 +261,17 @@ def test_module_global_is_frozen_at_first_compile_for_plain_and_tape_calls_until
     value, grad = grad_and_value(f)
     assert value == 42.0
     np.testing.assert_allclose(grad, 6 * X)
+
+
+def test_compiler_hash_covers_files_in_subfolders(tmp_path):
+    """The cache key changes when any compiler file changes, however deep (stale caches never load)."""
+    from srcad.compiler.backend import tree_hash
+    (tmp_path / "ir").mkdir()
+    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / "ir" / "nodes.py").write_text("y = 2\n")
+    before = tree_hash(tmp_path)
+    (tmp_path / "ir" / "nodes.py").write_text("y = 3\n")
+    edited = tree_hash(tmp_path)
+    (tmp_path / "ir" / "nodes.py").rename(tmp_path / "nodes.py")
+    moved = tree_hash(tmp_path)
+    assert len({before, edited, moved}) == 3

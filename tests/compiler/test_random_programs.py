@@ -6,7 +6,10 @@ overwrite array elements written earlier, branches on data (``if/elif/else``,
 ``and/or/not``, conditional expressions) also inside loops, ``while`` loops
 with data-dependent but bounded trip counts, ``break``/``continue``, whole-array
 NumPy expressions and slices, and undecorated helpers (some calling other
-helpers).  Every value stays in a safe domain (no log/sqrt of negatives:
+helpers); and the families that once gave silently wrong gradients: slices
+whose shape changes from one loop iteration to the next, in-place operators
+through aliases and helper parameters, copies within one array whose source
+and destination overlap, and branches on module-level constants.  Every value stays in a safe domain (no log/sqrt of negatives:
 ``exp(sin(.))``, ``tanh``, ``log(e*e + 1)``, ``sqrt(e*e + 1)``, ``e / (e*e + 1)``).
 
 Cost: one compile is the expensive part, so each generated *program* is a
@@ -35,9 +38,9 @@ import numpy as np
 from hypothesis.errors import UnsatisfiedAssumption
 from hypothesis import HealthCheck, Phase, assume, given, settings, strategies as st
 
-from gradcheck import central_fd, richardson_fd, scalarize, cotangents, fresh, _value
 
 import srcad as ad
+from srcad.testing import cotangents, finite_differences, fresh, scalarize, value_of
 from srcad.compiler.backend import import_module, write_module
 
 N = 6                      # array length of the inputs
@@ -277,6 +280,65 @@ def frag_numpy(g, scalars):
     return ["%s = %s" % (u, arr(2))], "np.sum(%s[1:] * %s[:-1]) + %s[0]" % (u, u, u)
 
 
+def frag_moving_slices(g, scalars):
+    """Array temporaries whose shape changes from one iteration to the next."""
+    z = g.name("z")
+    k = g.draw(st.integers(1, N - 1))
+    c = g.expr(scalars, 1)
+    kind = g.draw(st.integers(0, 2))
+    lines = ["%s = %s.copy()" % (z, g.draw(st.sampled_from(["x", "y"]))), "for i in range(%d):" % k]
+    if kind == 0:      # shrinking
+        lines.append("    %s[i:] = %s[i:] + (%s) * x[i:] * x[i]" % (z, z, c))
+    elif kind == 1:    # growing, in place
+        lines.append("    %s[:i + 1] += y[:i + 1] * x[i] * (%s)" % (z, c))
+    else:              # a named temporary of varying shape
+        t = g.name("w")
+        lines += ["    %s = %s[i:] * x[i] + y[i:]" % (t, z), "    %s[i:] = np.sin(%s) * (%s)" % (z, t, c)]
+    return lines, "np.sum(%s * y)" % z
+
+
+def frag_inplace_alias(g, scalars, helpers):
+    """In-place operators through an alias or a helper's parameter."""
+    w = g.name("w")
+    lines = ["%s = x * (%s)" % (w, g.expr(scalars, 1))]
+    if g.draw(st.booleans()):
+        v = g.name("v")
+        op = g.draw(st.sampled_from(["*=", "+=", "-="]))
+        lines += ["%s = %s" % (v, w), "%s %s %s" % (v, op, g.expr(scalars, 1)), "%s += y" % v]
+    else:
+        hname = "ip_helper%d_%s" % (len(helpers.names), g.p.strip("_"))
+        helpers.defs.append("\n".join(["def %s(B, alpha):" % hname, "    B *= alpha",
+                                        "    B -= np.mean(B) * 0.5"]))
+        helpers.names.append(hname)
+        lines.append("%s(%s, %s)" % (hname, w, g.expr(scalars, 1)))
+    return lines, "np.sum(%s * x) + %s[0]" % (w, w)
+
+
+def frag_overlap_copy(g, scalars):
+    """Copies within one array whose source and destination overlap."""
+    z = g.name("z")
+    lines = ["%s = y * (%s)" % (z, g.expr(scalars, 1)),
+             "for k in range(%d):" % g.draw(st.integers(1, 3))]
+    if g.draw(st.booleans()):
+        lines += ["    %s[1:] = %s[:-1]" % (z, z), "    %s[0] = %s" % (z, g.expr(scalars + ["x[k]"], 1))]
+    else:
+        lines += ["    %s[:-1] = %s[1:]" % (z, z), "    %s[n - 1] = %s" % (z, g.expr(scalars + ["x[k]"], 1))]
+    i, j = g.draw(st.integers(0, N - 1)), g.draw(st.integers(0, N - 1))
+    lines.append("%s[%d] = %s[%d]" % (z, i, z, j))
+    return lines, "np.sum(%s * x)" % z
+
+
+def frag_constant_branch(g, scalars):
+    """Branches on module-level constants, with names only the dead branch uses."""
+    s = g.name("s")
+    inner = scalars + [s, "x[i]", "y[i]"]
+    lines = ["%s = %s" % (s, g.expr(scalars, 1)), "for i in range(n):",
+             "    if ORDER > 1:", "        %s = 0.5 * %s + %s" % (s, s, g.expr(inner)),
+             "    else:", "        %s = %s + never_defined_%s" % (s, s, g.p.strip("_")),
+             "    if DAMPED:", "        %s = math.log(%s)" % (s, s)]
+    return lines, s
+
+
 class _Helpers:
     def __init__(self):
         self.defs = []
@@ -311,7 +373,8 @@ def frag_helper(g, scalars, helpers):
 
 
 _FRAGS = [frag_straight, frag_loop, frag_array_overwrite, frag_branch, frag_while,
-          frag_break_continue, frag_numpy, "helper"]
+          frag_break_continue, frag_numpy, "helper", frag_moving_slices, "inplace_alias", frag_overlap_copy,
+          frag_constant_branch]
 
 
 @st.composite
@@ -326,6 +389,9 @@ def programs(draw, fragments=FRAGMENTS):
         if frag == "helper":
             lines, res = frag_helper(g, scalars, helpers)
             kind = "helper"
+        elif frag == "inplace_alias":
+            lines, res = frag_inplace_alias(g, scalars, helpers)
+            kind = "inplace_alias"
         else:
             lines, res = frag(g, scalars)
             kind = frag.__name__[5:]
@@ -342,7 +408,7 @@ def build_source(helper_defs, frags):
         r = "r%d" % k
         body += ["# fragment %d: %s" % (k, kind)] + list(lines) + ["%s = %s" % (r, res)]
         results.append(r)
-    src = ["import math", "import numpy as np", ""]
+    src = ["import math", "import numpy as np", "", "ORDER = 2", "DAMPED = False", ""]
     for h in helper_defs:
         src += [h, ""]
     src += ["def prog(x, y, a, b, n):"] + _indent(body)
@@ -390,8 +456,8 @@ def reference(py, args):
     scale = np.maximum(1.0, np.abs(phis(args)))
     fds = []
     for i in ACTIVE:
-        fd = central_fd(phis, args, i)
-        fd4 = richardson_fd(phis, args, i, step=1e-4)
+        fd = finite_differences(phis, args, i)
+        fd4 = finite_differences(phis, args, i, step=1e-4, order=4)
         if not np.all(np.abs(fd - fd4) <= 0.1 * (RTOL * np.abs(fd4) + ATOL * scale)):
             return None
         fds.append(fd)
@@ -420,7 +486,7 @@ def check_program(src, seed):
     # skipping it here saves one Numba compile per program)
     assert isinstance(out, tuple) and len(out) == len(expected)
     for k, (gv, ev) in enumerate(zip(out, expected)):
-        np.testing.assert_allclose(_value(gv), np.asarray(ev), rtol=1e-12, atol=1e-12,
+        np.testing.assert_allclose(value_of(gv), np.asarray(ev), rtol=1e-12, atol=1e-12,
                                    err_msg="result r%d: compiled forward vs Python\n%s" % (k, src))
     for k, w in enumerate(ws):
         grads = tape.gradient(out[k], srcs, output_gradients=ad.constant(w))

@@ -1,0 +1,251 @@
+"""Kernels from the families that once gave silently wrong gradients (issue 8), as a
+user would write them: shape-varying slices in loops, in-place operators through aliases
+and helper parameters, overlapping copies within one array, branches on module constants.
+Every function is plain Python that also runs under numba.njit."""
+import math
+
+import numpy as np
+
+ORDER = 2          # a module-level setting the kernels branch on
+DAMPED = False
+
+
+# ---- array temporaries whose shape changes from one iteration to the next ----
+
+def shrinking_slices(x):
+    y = x.copy()
+    for i in range(4):
+        y[i:] = y[i:] + x[i:] * x[i]
+    return np.sum(y * y)
+
+
+def growing_slices(x):
+    y = np.zeros_like(x)
+    for i in range(x.shape[0]):
+        y[:i + 1] += x[:i + 1] * x[:i + 1]
+    return np.sum(y * x)
+
+
+def syrk_lower(A, beta):
+    """C := beta * C + A A^T on the lower triangle, row by row (polybench's syrk)."""
+    n = A.shape[0]
+    C = np.ones((n, n))
+    for i in range(n):
+        C[i, :i + 1] *= beta
+        for k in range(A.shape[1]):
+            C[i, :i + 1] += A[i, k] * A[:i + 1, k]
+    return np.sum(C * C)
+
+
+def gaussian_elimination(A, b):
+    """Forward elimination without pivoting, then back substitution, on slices."""
+    n = A.shape[0]
+    M = A.copy()
+    r = b.copy()
+    for k in range(n - 1):
+        for i in range(k + 1, n):
+            f = M[i, k] / M[k, k]
+            M[i, k:] = M[i, k:] - f * M[k, k:]
+            r[i] = r[i] - f * r[k]
+    x = np.zeros(n)
+    for i in range(n - 1, -1, -1):
+        x[i] = (r[i] - np.dot(M[i, i + 1:], x[i + 1:])) / M[i, i]
+    return np.sum(x * x)
+
+
+def covariance_rows(data):
+    """Column-centred data, then the upper triangle of its covariance (polybench's covariance)."""
+    n, m = data.shape
+    d = data.copy()
+    for j in range(m):
+        d[:, j] -= np.mean(d[:, j])
+    cov = np.zeros((m, m))
+    for i in range(m):
+        for j in range(i, m):
+            cov[i, j] = np.sum(d[:, i] * d[:, j]) / (n - 1.0)
+    return np.sum(cov * cov)
+
+
+def nested_moving_windows(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        for j in range(i, x.shape[0]):
+            w = x[i:j + 1] * x[j]
+            s = s + np.sum(np.sin(w))
+    return s
+
+
+# ---- in-place operators through aliases and helper parameters ----
+
+def alias_scaled(x):
+    y = x * 1.0
+    z = y
+    z *= 2.0
+    return np.sum(y * x)
+
+
+def _scale(B, alpha):
+    B *= alpha
+
+
+def _center(data, mean):
+    data -= mean
+
+
+def scale_argument(B, alpha):
+    _scale(B, alpha)
+    return np.sum(B)
+
+
+def helper_scales_argument(x, alpha):
+    y = x * 1.0
+    _scale(y, alpha)
+    _center(y, np.mean(x))
+    return np.sum(y * x)
+
+
+def alias_in_loop(x):
+    acc = np.zeros_like(x)
+    for k in range(3):
+        view = acc
+        view += x * (k + 1.0)
+        view *= 0.5
+    return np.sum(acc * acc)
+
+
+# ---- copies within one array whose source and destination overlap ----
+
+def delay_line(x):
+    z = x * 1.0
+    for k in range(3):
+        z[1:] = z[:-1]
+        z[0] = x[0] * 0.5
+    return np.sum(z * x)
+
+
+def copy_same_element(x, i, j):
+    z = x * 2.0
+    z[i] = z[j]
+    return np.sum(z * z)
+
+
+def shift_back(x):
+    z = x * x
+    z[:-1] = z[1:]
+    return np.sum(z * x)
+
+
+# ---- branches on module-level constants ----
+
+def constant_branch_in_loop(x, h):
+    s = 0.0
+    for i in range(x.shape[0]):
+        k1 = x[i] * s + h
+        if ORDER > 1:
+            k2 = k1 * h + math.sin(s)
+            s = s + k2
+        else:
+            s = s + k1
+        if DAMPED:
+            s = s * damping
+    return s
+
+
+def constant_branch_array(x):
+    y = np.zeros_like(x)
+    for i in range(1, x.shape[0]):
+        y[i] = y[i - 1] * 0.5 + (x[i] * x[i] if ORDER == 2 else x[i])
+        if ORDER > 3:
+            y[i] = undefined_helper(y[i])
+    return np.sum(y)
+
+
+# ---- common Numba idioms that were refused or crashed ----
+
+def rebind_array_to_scalar(x):
+    x = np.sum(x)
+    x = x * x
+    return x
+
+
+def tuple_packing(a, b):
+    t = a, b, a * b
+    p, q, r = t
+    return p * q + r + t[2]
+
+
+def tuple_argument(x, qf):
+    fq, fp = qf
+    return x * fq + fp * x * x
+
+
+def _rhs(state, k):
+    x, y = state
+    return k * y, -k * x
+
+
+def tuple_state_in_loop(x0, k):
+    state = (x0, 0.5)
+    for i in range(5):
+        d = _rhs(state, k)
+        state = (state[0] + 0.1 * d[0], state[1] + 0.1 * d[1])
+    a, b = state
+    return a * a + b
+
+
+def dtype_and_defaults(x, scale=2.0):
+    y = np.empty(x.shape[0], dtype=x.dtype)
+    z = np.zeros_like(x, dtype=np.float64)
+    for i in range(x.shape[0]):
+        y[i] = x[i] * scale
+        z[i] = y[i] * x[i]
+    return np.sum(z)
+
+
+def newaxis_outer(x):
+    m = x[:, np.newaxis] * x[np.newaxis, :]
+    return np.sum(m * m)
+
+
+def inverse_hyperbolic(x):
+    return np.sum(np.arccosh(x + 2.0)) + math.acosh(x[0] + 2.0) + np.sum(np.arcsinh(x)) \
+        + np.sum(np.arctanh(x * 0.5)) + np.sum(np.logaddexp(x, 0.5 * x)) + np.sum(np.reciprocal(x + 1.0))
+
+
+def copy_of_a_slice(x):
+    y = x[1:].copy()
+    y[0] = 3.0
+    return np.sum(y * x[1:])
+
+
+def _step(C, D, s):
+    D[0] = D[0] + s * C[0]
+    return D, s * 2.0
+
+
+def helper_returns_its_argument(x):
+    C = x * 1.0
+    D = x * 2.0
+    s = 0.5
+    D, s = _step(C, D, s)
+    return np.sum(D * D) + s
+
+
+def read_only_view_of_written_array(p0, r):
+    paths = np.zeros((p0.shape[0], 4))
+    paths[:, 0] = p0
+    for j in range(1, 4):
+        prices = paths[:, j - 1]
+        paths[:, j] = prices * r + 0.1 * prices * prices
+    return np.sum(paths * paths)
+
+
+def view_read_after_write(x):
+    y = x * 1.0
+    v = y[1:]
+    y[2] = 5.0
+    return np.sum(v * x[1:])
+
+
+def power_of_base(x, y):
+    return x ** y
