@@ -405,3 +405,10 @@ def test_jacobian_of_an_empty_target_has_shape_target_plus_source(use_pfor):
     with ad.GradientTape(persistent=True) as tape:
         yb = np.zeros((3, 0)) * np.sum(xb)
     assert tape.batch_jacobian(yb, xb, experimental_use_pfor=use_pfor).shape == (3, 0, 2)
+
+
+@pytest.mark.parametrize("reps", [2, (2, 1), (3, 2, 2), (1,)])
+def test_tile_records_and_is_differentiable_to_second_order(reps):
+    x = np.random.default_rng(0).standard_normal((2, 3))
+    np.testing.assert_array_equal(np.tile(ad.constant(x), reps).numpy(), np.tile(x, reps))
+    check_grads(lambda t: np.tile(t, reps) ** 2, x, order=2)

@@ -148,7 +148,19 @@ UFUNCS.update({
     np.logical_xor: r.logical_xor, np.isfinite: r.isfinite, np.isnan: r.isnan, np.isinf: r.isinf,
 })
 
+def _tile(A, reps):
+    """np.tile as a reshape, a broadcast and a reshape: differentiable to any order by their rules."""
+    reps = tuple(int(k) for k in np.atleast_1d(reps))
+    shape = np.shape(A._value if hasattr(A, "_value") else A)
+    d = max(len(shape), len(reps))
+    shape, reps = (1,) * (d - len(shape)) + shape, (1,) * (d - len(reps)) + reps
+    x = r.reshape(A, shape=tuple(v for n in shape for v in (1, n)))
+    x = r.broadcast_to(x, shape=tuple(v for k, n in zip(reps, shape) for v in (k, n)))
+    return r.reshape(x, shape=tuple(k * n for k, n in zip(reps, shape)))
+
+
 FUNCTIONS.update({
+    np.tile: _tile,
     np.sum: _reduction(r.sum, np.sum),
     np.mean: _reduction(r.mean, np.mean),
     np.max: _reduction(r.max, np.max),
