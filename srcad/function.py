@@ -346,6 +346,8 @@ def _is_float(v):
 def _wrap_outputs(out):
     if isinstance(out, tuple):
         return tuple(_wrap_outputs(o) for o in out)
+    if out is None:
+        return None
     if isinstance(out, (np.ndarray, np.generic)):
         return Tensor._wrap(out)
     return Tensor._wrap(np.asarray(out))

@@ -143,6 +143,14 @@ class Analysis:
             if isinstance(s, Assign):
                 defs.setdefault(s.target, s)
         outputs = {n for a in self.program.outputs for n in data_names(a)}
+        for s in walk(self.program.body):
+            if isinstance(s, Assign) and isinstance(s.value, ast.Constant) and s.value.value is None \
+                    and s.target in self.active:
+                raise TransformError(
+                    f"{s.origin.func} ({s.origin.file}, line {s.origin.line}): `{s.origin.text}` makes "
+                    f"`{s.target}` None on one path, while on another it carries a gradient; srcad cannot "
+                    f"differentiate a value that may be None. Hint: give it an array of the same kind on "
+                    f"every path (np.zeros(0) for an empty one), or compute it outside the differentiated call")
         for path in _paths(self.program.body):
             s = path[-1][0][path[-1][1]]
             if not isinstance(s, Store):

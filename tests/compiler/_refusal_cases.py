@@ -155,3 +155,10 @@ def inplace_after_copy(x):
     x = x.copy()
     x += 1.0
     return np.sum(x * x)
+
+
+def none_on_one_path(x, flag):
+    extra = None
+    if flag > 0:
+        extra = x * 2.0
+    return np.sum(x * x), extra

@@ -129,3 +129,18 @@ def test_in_place_update_after_copy_is_fine():
     out, saved = t.forward(x)
     np.testing.assert_allclose(t.adjoint(x, saved, 1.0)[0], 2 * (x + 1.0))
     np.testing.assert_array_equal(x, [1.0, 2.0])
+
+
+def test_value_that_may_be_none_is_refused_when_it_needs_a_gradient():
+    line = line_of(R.none_on_one_path, "extra = None")
+    with pytest.raises(TransformError, match=rf"none_on_one_path .*line {line}\).*`extra` None on one path.*"
+                                             r"Hint: give it an array"):
+        transform(R.none_on_one_path, (ARR, numba.int64), (True, False))
+
+
+def test_value_that_may_be_none_is_returned_as_none_by_a_plain_call():
+    import srcad as ad
+    f = ad.function(R.none_on_one_path)
+    total, extra = f(np.array([1.0, 2.0]), 0)
+    assert extra is None and float(total.numpy()) == 5.0
+    np.testing.assert_array_equal(f(np.array([1.0, 2.0]), 1)[1].numpy(), [2.0, 4.0])
