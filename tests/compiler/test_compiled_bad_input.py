@@ -17,6 +17,14 @@ def scatter(x, out):
 
 
 @ad.function
+def scatter_via_alias(x, out):
+    o = out
+    for i in range(x.shape[0]):
+        o[i] = x[i]
+    return np.sum(x)
+
+
+@ad.function
 def edge_cases(x, y, z, w):
     s = 0.0
     for i in range(x.shape[0]):
@@ -36,6 +44,8 @@ def test_written_parameters_are_known():
     assert scatter._last.written_params == ("out",)
     edge_cases(*[np.ones(2)] * 4)
     assert edge_cases._last.written_params == ()
+    scatter_via_alias(np.ones(2), np.zeros(2))
+    assert scatter_via_alias._last.written_params == ("out",)
 
 
 def test_written_argument_sharing_memory_with_an_active_input_is_refused():
