@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..source import capture_source
+from ..source import StaleSourceError, capture_source
 
 
 class TransformError(Exception):
@@ -61,7 +61,10 @@ def load(pyfunc):
     pyfunc = unwrap(pyfunc)
     if not inspect.isfunction(pyfunc):
         raise TransformError(f"{pyfunc!r} is not a Python function; srcad compiles plain `def` functions")
-    src = capture_source(pyfunc)
+    try:
+        src = capture_source(pyfunc)
+    except StaleSourceError as exc:
+        raise TransformError(str(exc)) from None
     if src is None:
         raise TransformError(
             f"{pyfunc.__name__}: cannot read its source. Hint: define it in a file, "

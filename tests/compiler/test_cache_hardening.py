@@ -275,3 +275,22 @@ def test_compiler_hash_covers_files_in_subfolders(tmp_path):
     (tmp_path / "ir" / "nodes.py").rename(tmp_path / "nodes.py")
     moved = tree_hash(tmp_path)
     assert len({before, edited, moved}) == 3
+
+
+def test_source_edited_after_definition_is_refused_not_compiled(tmp_path, monkeypatch):
+    """A function decorated after its file was edited (lines shifted, another def at its line)
+    is refused with a clear message instead of compiling the other function."""
+    import importlib
+    import sys
+    from srcad.source import StaleSourceError
+    path = tmp_path / "edited_module.py"
+    path.write_text("def total(x, n):\n    return x * n\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("edited_module")
+    path.write_text("def other(a, b, c):\n    return a\n\n\ndef total(x, n):\n    return x * n\n")
+    import linecache
+    linecache.checkcache(str(path))
+    with pytest.raises(StaleSourceError, match=r"total: .*edited_module.py was edited after total was defined "
+                                               r"\(line 1 now holds `def other\(a, b, c\)`\).*importlib.reload"):
+        ad.function(module.total)
+    sys.modules.pop("edited_module", None)
