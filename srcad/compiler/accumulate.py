@@ -24,12 +24,8 @@ the body.  Lines are ``(depth, text, origin)`` as the adjoint writer takes them.
 """
 
 import ast
-import re
 
 from .normalize import assigned_names
-
-_ACCUMULATION = re.compile(r"^(d_\w+)\[(.+)\] \+= (.+)$")
-_FOR = re.compile(r"^for (\w+) in ")
 
 
 def hoist_invariant_accumulations(lines, fresh, rank_of):
@@ -42,11 +38,12 @@ def hoist_invariant_accumulations(lines, fresh, rank_of):
     i = 0
     while i < len(lines):
         depth, text, origin = lines[i]
-        loop = _FOR.match(text)
-        end = _block_end(lines, i) if loop else i + 1
+        loop = _parse_line(text)
+        loop_var = loop.target.id if isinstance(loop, ast.For) and isinstance(loop.target, ast.Name) else None
+        end = _block_end(lines, i) if loop_var else i + 1
         if end > i + 1:
             body = hoist_invariant_accumulations(lines[i + 1:end], fresh, rank_of)
-            before, body, after = _hoist(depth, loop.group(1), body, fresh, rank_of)
+            before, body, after = _hoist(depth, loop_var, body, fresh, rank_of)
             out += before + [(depth, text, origin)] + body + after
             i = end
             continue
@@ -65,52 +62,54 @@ def _block_end(lines, start):
 
 
 def _hoist(depth, loop_var, body, fresh, rank_of):
-    assigned = {loop_var}
-    for _, text, _ in body:
-        stored = _stored_names(text)
-        if stored is None:  # a line we cannot read: leave the loop as it is
-            return [], body, []
-        assigned |= stored
-    code = [text for _, text, _ in body if not text.lstrip().startswith("#")]
+    parsed = [_parse_line(text) for _, text, _ in body]
+    if any(p is False for p in parsed):      # a line we cannot read: leave the loop as it is
+        return [], body, []
+    statements = [p for p in parsed if p is not None]
+    assigned = {loop_var} | assigned_names(statements)
     before, after, rewritten = [], [], []
-    for line in body:
-        d, text, origin = line
-        m = _ACCUMULATION.match(text)
-        if d == depth + 1 and m:
-            array, index, expr = m.groups()
+    for (d, text, origin), node in zip(body, parsed):
+        acc = _accumulation(node) if d == depth + 1 else None
+        if acc is not None:
+            array, index, value = acc
             names = _element_index_names(index, rank_of(array))
-            uses = sum(len(re.findall(rf"\b{array}\b", c)) for c in code)
+            uses = sum(isinstance(n, ast.Name) and n.id == array for t in statements for n in ast.walk(t))
             if names is not None and uses == 1 and not (names & assigned):
                 total = fresh(f"{array}_sum")
+                element = ast.unparse(ast.Subscript(value=ast.Name(id=array, ctx=ast.Load()), slice=index,
+                                                    ctx=ast.Load()))
                 before.append((depth, f"{total} = 0.0", None))
-                rewritten.append((d, f"{total} += {expr}", origin))
-                after += [(depth, f"if {total} != 0.0:", None), (depth + 1, f"{array}[{index}] += {total}", None)]
+                rewritten.append((d, f"{total} += {ast.unparse(value)}", origin))
+                after += [(depth, f"if {total} != 0.0:", None), (depth + 1, f"{element} += {total}", None)]
                 continue
-        rewritten.append(line)
+        rewritten.append((d, text, origin))
     return before, rewritten, after
+
+
+def _accumulation(node):
+    """(array, index, value) of a line `array[index] += value`, else None."""
+    if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) and isinstance(node.target, ast.Subscript) \
+            and isinstance(node.target.value, ast.Name):
+        return node.target.value.id, node.target.slice, node.value
+    return None
 
 
 def _element_index_names(index, rank):
     """The names in ``index`` if it picks one element of an array of ``rank`` (no
     slices, one expression per axis); None otherwise."""
-    try:
-        subscript = ast.parse(f"a[{index}]", mode="eval").body
-    except SyntaxError:
-        return None
-    parts = subscript.slice.elts if isinstance(subscript.slice, ast.Tuple) else [subscript.slice]
+    parts = index.elts if isinstance(index, ast.Tuple) else [index]
     if rank is None or len(parts) != rank or any(isinstance(p, ast.Slice) for p in parts):
         return None
     return {n.id for p in parts for n in ast.walk(p) if isinstance(n, ast.Name)}
 
 
-def _stored_names(text):
-    """Names a line of generated code assigns (loop headers included); None if unreadable."""
+def _parse_line(text):
+    """The statement a line of generated code holds (a block header with an empty body), None for a
+    comment or an empty line, False if it cannot be read on its own (`else:`)."""
     text = text.strip()
     if not text or text.startswith("#"):
-        return set()
-    source = text + " pass" if text.endswith(":") else text
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
         return None
-    return assigned_names(tree.body)
+    try:
+        return ast.parse(text + " pass" if text.endswith(":") else text).body[0]
+    except SyntaxError:
+        return False

@@ -17,7 +17,7 @@ reverse re-runs the whole iteration, saving into small `..._it` stacks that
 every iteration reuses, then reverses it).
 """
 import ast
-import re
+import copy
 
 from numba.core import types as nt
 
@@ -748,13 +748,9 @@ class Reverse:
         return []
 
     def subst(self, template, args, module="np"):
-        names = {"a": 0, "b": 1, "c": 2}
-        text = re.sub(r"(?<![\w.])g(?![\w(])", "\0g", template.replace("{M}", module))
-
-        def repl(m):
-            k = names[m.group(1)]
-            return f"({src(args[k])})" if k < len(args) else m.group(0)
-        return re.sub(r"(?<![\w.])([abc])(?![\w(])", repl, text)
+        """A rule's expression with the arguments in place of `a`, `b`, `c`, `module` in place of `M`,
+        and the incoming adjoint's placeholder in place of `g` (substituted on the parsed expression)."""
+        return ast.unparse(_Fill(args, module).visit(ast.parse(template, mode="eval")))
 
     def tree(self, root, out_ty):
         """Chain rule down an expression tree: one contribution per active leaf,
@@ -1104,3 +1100,19 @@ def _children_and_partials(node):
     if isinstance(node, ast.UnaryOp):
         return [node.operand], OPERATORS[type(node.op).__name__]
     return list(node.args), ELEMENTWISE[node.srcad_fn]
+
+
+class _Fill(ast.NodeTransformer):
+    """Fills a rule template's names: a, b, c (the arguments), M (the module), g (the adjoint)."""
+
+    def __init__(self, args, module):
+        self.names = {name: arg for name, arg in zip("abc", args)}
+        self.module = module
+
+    def visit_Name(self, node):
+        if node.id in self.names:
+            return copy.deepcopy(self.names[node.id])
+        if node.id in ("M", "g"):
+            return ast.Name(id=self.module if node.id == "M" else "\0g", ctx=ast.Load())
+        return node
+

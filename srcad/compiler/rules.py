@@ -3,7 +3,7 @@
 Elementwise functions and operators are one line each: the partial
 derivative with respect to each argument, as a source template in the
 argument names a, b, c (`None`: not differentiable in that argument).
-`{M}` becomes `math` for float64 scalars and `np` otherwise. The reverse
+`M` stands for `math` for float64 scalars and `np` otherwise. The reverse
 sweep emits `d_a += d_y * <partial>`, summing over broadcast axes.
 
 Whole-array functions (reductions, products, transposes) have small rules
@@ -14,35 +14,35 @@ along which the argument was broadcast.
 """
 
 _UNARY = {
-    "sin": "{M}.cos(a)",
-    "cos": "-{M}.sin(a)",
-    "tan": "1.0 + {M}.tan(a) ** 2",
-    "exp": "{M}.exp(a)",
-    "expm1": "{M}.exp(a)",
-    "exp2": "0.6931471805599453 * {M}.exp2(a)",
+    "sin": "M.cos(a)",
+    "cos": "-M.sin(a)",
+    "tan": "1.0 + M.tan(a) ** 2",
+    "exp": "M.exp(a)",
+    "expm1": "M.exp(a)",
+    "exp2": "0.6931471805599453 * M.exp2(a)",
     "log": "1.0 / a",
     "log1p": "1.0 / (1.0 + a)",
     "log2": "1.4426950408889634 / a",
     "log10": "0.4342944819032518 / a",
-    "sqrt": "0.5 / {M}.sqrt(a)",
+    "sqrt": "0.5 / M.sqrt(a)",
     "cbrt": "1.0 / (3.0 * np.cbrt(a) ** 2)",
-    "tanh": "1.0 - {M}.tanh(a) ** 2",
-    "sinh": "{M}.cosh(a)",
-    "cosh": "{M}.sinh(a)",
-    "arcsin": "1.0 / {M}.sqrt(1.0 - a * a)",
-    "asin": "1.0 / {M}.sqrt(1.0 - a * a)",
-    "arccos": "-1.0 / {M}.sqrt(1.0 - a * a)",
-    "acos": "-1.0 / {M}.sqrt(1.0 - a * a)",
+    "tanh": "1.0 - M.tanh(a) ** 2",
+    "sinh": "M.cosh(a)",
+    "cosh": "M.sinh(a)",
+    "arcsin": "1.0 / M.sqrt(1.0 - a * a)",
+    "asin": "1.0 / M.sqrt(1.0 - a * a)",
+    "arccos": "-1.0 / M.sqrt(1.0 - a * a)",
+    "acos": "-1.0 / M.sqrt(1.0 - a * a)",
     "arctan": "1.0 / (1.0 + a * a)",
     "atan": "1.0 / (1.0 + a * a)",
-    "arcsinh": "1.0 / {M}.sqrt(a * a + 1.0)",
-    "asinh": "1.0 / {M}.sqrt(a * a + 1.0)",
-    "arccosh": "1.0 / {M}.sqrt(a * a - 1.0)",
-    "acosh": "1.0 / {M}.sqrt(a * a - 1.0)",
+    "arcsinh": "1.0 / M.sqrt(a * a + 1.0)",
+    "asinh": "1.0 / M.sqrt(a * a + 1.0)",
+    "arccosh": "1.0 / M.sqrt(a * a - 1.0)",
+    "acosh": "1.0 / M.sqrt(a * a - 1.0)",
     "arctanh": "1.0 / (1.0 - a * a)",
     "atanh": "1.0 / (1.0 - a * a)",
-    "erf": "1.1283791670955126 * {M}.exp(-a * a)",
-    "erfc": "-1.1283791670955126 * {M}.exp(-a * a)",
+    "erf": "1.1283791670955126 * M.exp(-a * a)",
+    "erfc": "-1.1283791670955126 * M.exp(-a * a)",
     "abs": "np.sign(a)",
     "fabs": "np.sign(a)",
     "absolute": "np.sign(a)",
@@ -67,7 +67,7 @@ _BINARY = {
     "power": ("power_slope(a, b)", "log_or_zero(a) * a ** b"),
     "atan2": ("b / (a * a + b * b)", "-a / (a * a + b * b)"),
     "arctan2": ("b / (a * a + b * b)", "-a / (a * a + b * b)"),
-    "hypot": ("a / {M}.hypot(a, b)", "b / {M}.hypot(a, b)"),
+    "hypot": ("a / M.hypot(a, b)", "b / M.hypot(a, b)"),
     "logaddexp": ("1.0 / (1.0 + np.exp(b - a))", "1.0 / (1.0 + np.exp(a - b))"),
     "logaddexp2": ("1.0 / (1.0 + np.exp2(b - a))", "1.0 / (1.0 + np.exp2(a - b))"),
     "maximum": ("(a >= b)", "(a < b)"),
