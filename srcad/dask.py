@@ -3,10 +3,19 @@
 A loss summed over the rows of a data set is a sum of per-chunk losses, and
 so is its gradient: each worker runs the compiled function (under a
 ``GradientTape``) on the chunks it holds and the partial values and gradients
-are summed in a tree on the cluster.  Only the parameters travel to the
+are summed in a tree on the cluster, the chunks of one worker first, so that
+only a worker's total crosses to another.  Only the parameters travel to the
 workers (scattered once per call) and only gradients come back; the data stay
 where Dask keeps them, so persist them once (``data = client.persist(data)``)
 before calling these repeatedly.
+
+A call sends the scheduler one graph, however many chunks.  Each chunk's
+task is asked to run on the worker that holds the chunk now (a loose
+restriction: another worker takes it if that one is gone, and Dask's work
+stealing still balances), and the previous call's futures (its parameters and
+result) are held until the next call is submitted and released with it:
+Distributed sends a client's messages to the scheduler at most every 10 ms,
+and a release sent when a call returns would hold the next call back.
 
 The function travels by its source (see :mod:`srcad.serialize`): each worker
 rebuilds and compiles it once, from its own disk cache where it has one, and
@@ -17,15 +26,21 @@ Needs the ``dask`` extra (``pip install "srcad[dask]"``); ``import srcad``
 never imports this module.
 """
 
+import asyncio
 import contextlib
 import threading
 import traceback
+import uuid
 
 import numpy as np
 
 try:
     import dask
     import dask.array as da
+    from dask.core import flatten
+    from dask.delayed import Delayed
+    from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+    from dask.task_spec import DataNode, Task, TaskRef
 except ImportError as e:  # pragma: no cover - the extra is missing
     raise ImportError("srcad.dask needs Dask: pip install \"srcad[dask]\" "
                       "(or pip install \"dask[distributed]\")") from e
@@ -40,6 +55,7 @@ _FAN_IN = 8                     # partial results summed per reduction task
 _LOCAL_SCHEDULERS = ("sync", "synchronous", "single-threaded", "threads", "threading", "processes", "multiprocessing")
 _COUNTS = {"chunks": 0, "rows": 0}
 _COMPILE_LOCK = threading.RLock()
+_HELD = {}                      # client id -> the previous call's futures, released with the next call
 
 
 def value_and_grad(f, params, data, *, client=None, argnums=0):
@@ -59,16 +75,22 @@ def value_and_grad(f, params, data, *, client=None, argnums=0):
     values = tuple(_as_parameter(p, f, i) for i, p in enumerate(params if spread else (params,)))
     picks, single = _argnums(argnums, len(values), f)
     arrays = _aligned(data, f)
-    starts = np.concatenate([[0], np.cumsum(arrays[0].chunks[0])[:-1]]).astype(int)
-    blocks = [a.to_delayed().reshape(-1) for a in arrays]
-    client = _client(client)
-    # the parameters go out once per call (each worker gets one copy), never once per chunk
-    shipped = client.scatter((f, values), broadcast=True, hash=False) if client is not None else (f, values)
-    parts = [dask.delayed(_chunk_value_and_grad, pure=False)(shipped, picks, spread, int(start),
-                                                             *(b[i] for b in blocks))
-             for i, start in enumerate(starts)]
-    total = _tree_sum(parts)
-    value, grads = _compute(total, client)
+    blocks = list(zip(*(list(flatten(a.__dask_keys__())) for a in arrays)))
+    starts = [int(s) for s in np.concatenate([[0], np.cumsum(arrays[0].chunks[0])[:-1]])]
+
+    def tasks(shipped, token, where):         # a task per chunk, asked to run where the chunk lies
+        layer, leaves, pins = {}, [], {}
+        for i, chunk in enumerate(blocks):
+            key = (f"srcad-chunk-{token}", i)
+            layer[key] = Task(key, _chunk_value_and_grad, shipped, picks, spread, starts[i],
+                              *(TaskRef(b) for b in chunk))
+            leaves.append((key, where.get(i)))
+            if i in where:
+                pins[key] = [where[i]]
+        total = _tree_sum(layer, leaves, token)
+        return MaterializedLayer(layer, annotations={"workers": pins.get, "allow_other_workers": True}), [total]
+
+    [(value, grads)] = _run(_client(client), (f, _origin(f), values), tasks, arrays, blocks)
     return value, (grads[0] if single else grads)
 
 
@@ -87,19 +109,20 @@ def map_gradients(f, param_sets, *static, client=None):
                          f"got shape {rows.shape}")
     if rows.dtype.kind != "f":
         rows = rows.astype(np.float64)
+    if not len(rows):
+        return np.zeros_like(rows)
     client = _client(client)
     workers = len(client.scheduler_info()["workers"]) if client is not None else 1
-    n_batches = max(1, min(len(rows), 4 * max(workers, 1)))
-    shipped = client.scatter((f, static), broadcast=True, hash=False) if client is not None else (f, static)
-    bounds = np.linspace(0, len(rows), n_batches + 1).astype(int)
-    tasks = [dask.delayed(_gradient_rows, pure=False)(shipped, rows[a:b], int(a))
-             for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
-    if not tasks:
-        return np.zeros_like(rows)
-    if client is not None:
-        parts = client.gather(client.compute(tasks))
-    else:
-        parts = dask.compute(*tasks)
+    bounds = np.linspace(0, len(rows), min(len(rows), 4 * max(workers, 1)) + 1).astype(int)
+
+    def tasks(shipped, token, where):
+        layer = {}
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            key = (f"srcad-rows-{token}", int(a))
+            layer[key] = Task(key, _gradient_rows, shipped, DataNode(None, rows[a:b]), int(a))
+        return layer, list(layer)
+
+    parts = _run(client, (f, _origin(f), static), tasks, keep=False)
     return np.concatenate(parts).reshape(rows.shape)
 
 
@@ -117,7 +140,7 @@ def worker_stats():
 # --- on the workers -------------------------------------------------------------------------------
 
 def _chunk_value_and_grad(shipped, picks, spread, start, *chunks):
-    f, values = shipped
+    f, origin, values = shipped
     chunks = tuple(_owned(c) for c in chunks)
     _COUNTS["chunks"] += 1
     try:
@@ -128,12 +151,12 @@ def _chunk_value_and_grad(shipped, picks, spread, start, *chunks):
         _check_scalar(loss, f)
         grads = tape.gradient(loss, [params[i] for i in picks], unconnected_gradients=UnconnectedGradients.ZERO)
     except Exception as e:
-        raise _located(e, f, f"rows {start}:{start + len(chunks[0])} of the data") from e
+        raise _located(e, f, origin, f"rows {start}:{start + len(chunks[0])} of the data") from e
     return float(np.asarray(_raw(loss))), tuple(np.asarray(_raw(g), dtype=np.float64) for g in grads)
 
 
 def _gradient_rows(shipped, rows, start):
-    f, static = shipped
+    f, origin, static = shipped
     batched = _batched(f, len(static))
     if batched is not None:            # all rows in one compiled call: d(sum of f(row)) / d rows, row by row
         _COUNTS["rows"] += len(rows)
@@ -144,7 +167,7 @@ def _gradient_rows(shipped, rows, start):
                 y = batched(x, *static)
             return np.asarray(_raw(tape.gradient(y, x, unconnected_gradients=UnconnectedGradients.ZERO)))
         except Exception as e:
-            raise _located(e, f, f"param_sets rows {start}:{start + len(rows)}") from e
+            raise _located(e, f, origin, f"param_sets rows {start}:{start + len(rows)}") from e
     out = np.empty_like(rows)
     for i in range(len(rows)):
         _COUNTS["rows"] += 1
@@ -156,7 +179,7 @@ def _gradient_rows(shipped, rows, start):
             _check_scalar(y, f)
             out[i] = np.asarray(_raw(tape.gradient(y, x, unconnected_gradients=UnconnectedGradients.ZERO)))
         except Exception as e:
-            raise _located(e, f, f"param_sets row {start + i}") from e
+            raise _located(e, f, origin, f"param_sets row {start + i}") from e
     return out
 
 
@@ -204,17 +227,72 @@ def _sum(*parts):
 
 # --- helpers --------------------------------------------------------------------------------------
 
-def _tree_sum(parts):
+def _run(client, shipped, tasks, data=(), blocks=(), *, keep=True):
+    """The values of the keys of ``tasks(shipped_ref, token, where)``, which returns its layer of tasks and
+    the keys wanted.  ``shipped`` (the function and its parameters) is scattered once to every worker, or
+    is a literal in the tasks under a local scheduler; ``where`` maps the index of a chunk (its keys in
+    ``blocks``, of the dask arrays ``data``) to the worker holding it now.  ``keep``: hold the results on
+    the cluster until the next call (small ones); else they go once gathered."""
+    token = uuid.uuid4().hex
+    if client is None:
+        layer, keys = tasks(DataNode(None, shipped), token, {})
+        graph = HighLevelGraph.from_collections(f"srcad-{token}", layer, dependencies=data)
+        return list(dask.compute(*(Delayed(k, graph, layer=f"srcad-{token}") for k in keys)))
+    futures = client.sync(_scatter_and_submit, client, shipped, tasks, token, data, blocks, keep)
+    return client.gather(futures)
+
+
+async def _scatter_and_submit(client, shipped, tasks, token, data, blocks, keep):
+    """Scatter and ask where the chunks lie (at once), then submit the graph in the same turn of the client's
+    event loop as the release of the previous call's futures, so that both leave in one batch of messages
+    (see the module docstring)."""
+    block_keys = [key for chunk in blocks for key in chunk]
+    [ref], held = await asyncio.gather(
+        client.scatter([shipped], broadcast=True, hash=False, asynchronous=True),
+        client.scheduler.who_has(keys=block_keys) if block_keys else asyncio.sleep(0, result={}))
+    layer, keys = tasks(TaskRef(ref.key), token, _holders(blocks, held))
+    graph = HighLevelGraph.from_collections(f"srcad-{token}", layer, dependencies=data)
+    for future in _HELD.pop(client.id, ()):
+        future.release()
+    futures = client.get(graph, keys, sync=False)
+    for closed in [c for c, futures_of_c in _HELD.items() if futures_of_c[0].client.status == "closed"]:
+        del _HELD[closed]
+    _HELD[client.id] = (ref, *futures) if keep else (ref,)
+    return futures
+
+
+def _holders(blocks, held):
+    """{chunk index: a worker holding the first of its blocks held anywhere}, from the scheduler's who_has."""
+    where = {}
+    for i, chunk in enumerate(blocks):
+        holder = next((held[k][0] for k in chunk if held.get(k)), None)
+        if holder is not None:
+            where[i] = holder
+    return where
+
+
+def _tree_sum(layer, parts, token):
+    """Adds summing tasks to ``layer`` down to one total and returns its key.  ``parts``: (key, worker) of the
+    partials.  Each task adds up to ``_FAN_IN`` partials of one worker, until every worker has one; then
+    the workers' totals are added, so that only those cross between workers."""
+    level = 0
     while len(parts) > 1:
-        parts = [dask.delayed(_sum, pure=False)(*parts[i:i + _FAN_IN]) if len(parts[i:i + _FAN_IN]) > 1
-                 else parts[i] for i in range(0, len(parts), _FAN_IN)]
-    return parts[0]
-
-
-def _compute(total, client):
-    if client is not None:
-        return client.compute(total, sync=True)
-    return dask.compute(total)[0]
+        by_worker = {}
+        for key, worker in parts:
+            by_worker.setdefault(worker, []).append(key)
+        if all(len(keys) == 1 for keys in by_worker.values()):
+            by_worker = {None: [key for key, _ in parts]}
+        parts = []
+        for worker, keys in by_worker.items():
+            for j in range(0, len(keys), _FAN_IN):
+                group = keys[j:j + _FAN_IN]
+                key = group[0]
+                if len(group) > 1:
+                    key = (f"srcad-sum-{token}", level, len(parts))
+                    layer[key] = Task(key, _sum, *(TaskRef(k) for k in group))
+                parts.append((key, worker))
+        level += 1
+    return parts[0][0]
 
 
 def _client(client):
@@ -290,14 +368,22 @@ def _name(f):
     return getattr(f, "__qualname__", None) or repr(f)
 
 
-def _located(e, f, where):
+def _origin(f):
+    """``(file, line of the def)`` of ``f``, taken in this process: cloudpickle ships a function by value
+    without its file name."""
+    pyfunc = getattr(f, "python_function", f)
+    src = getattr(pyfunc, "__srcad_source__", None)
+    if src is not None:
+        return src.filename, src.first_line
+    code = getattr(pyfunc, "__code__", None)
+    return (code.co_filename, code.co_firstlineno) if code is not None else ("?", "?")
+
+
+def _located(e, f, origin, where):
     """``e`` restated with the user's function and line (the failing line where Python saw it, else the
     function's ``def`` line: compiled code does not report lines at run time)."""
-    pyfunc = getattr(f, "python_function", f)
-    code = getattr(pyfunc, "__code__", None)
-    src = getattr(pyfunc, "__srcad_source__", None)
-    filename = src.filename if src is not None else getattr(code, "co_filename", "?")
-    line = src.first_line if src is not None else getattr(code, "co_firstlineno", "?")
+    code = getattr(getattr(f, "python_function", f), "__code__", None)
+    filename, line = origin
     for frame, lineno in traceback.walk_tb(e.__traceback__):
         if code is not None and frame.f_code is code:
             line = lineno

@@ -306,7 +306,7 @@ def _frozen_function(fn, memo):
     """A copy of `fn` whose globals and closure cells hold the values they have now
     (the names it reads; helpers it calls copied the same way), so that later
     compiles see the globals of the first one."""
-    from .compiler.frontend import canonical_callable, is_stop_gradient, unwrap
+    from .compiler.front.parse import canonical_callable, is_stop_gradient, unwrap
 
     if id(fn) in memo:
         return memo[id(fn)]

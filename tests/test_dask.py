@@ -1,9 +1,11 @@
 """srcad.dask on a two-process LocalCluster: distributed gradients equal single-process ones, the
-function compiles once per worker, task errors name the user's line, a killed worker is survived."""
+function compiles once per worker, task errors name the user's line, a killed worker is survived, the
+chunks of a worker are summed on it, and a call's futures are released by the next call."""
 
 import math
 import os
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -224,6 +226,79 @@ def test_map_gradients_ensemble(client):
 def eager_bump(p, center):
     """The same as ``bump`` with NumPy operations on the tape: map_gradients runs it row by row."""
     return np.sum(np.sin(p * center) + p * p)
+
+
+def _spread_by_hand(client, arrays, chunk):
+    """``arrays`` cut into chunks of ``chunk`` rows that alternate between the two workers, persisted."""
+    workers = sorted(client.scheduler_info()["workers"])
+    out = []
+    for a in arrays:
+        parts = [client.scatter(a[i:i + chunk], workers=[workers[(i // chunk) % 2]]) for i in range(0, len(a), chunk)]
+        out.append(da.concatenate([da.from_delayed(p, (min(chunk, len(a) - i),) + a.shape[1:], a.dtype)
+                                   for p, i in zip(parts, range(0, len(a), chunk))]))
+    out = client.persist(out)
+    distributed.wait(out)
+    return tuple(out)
+
+
+def _transfers(client):
+    return sum(client.run(lambda dask_worker: dask_worker.transfer_outgoing_count_total).values())
+
+
+def test_chunks_of_a_worker_are_summed_on_it(regression):
+    x, y, w = regression
+    expected_value, (expected,) = _tape_value_and_grad(squared_residuals, [w], x, y)
+    # work stealing off: tasks run where their chunks lie, so the transfers are the plan's alone
+    with dask.config.set({"distributed.scheduler.work-stealing": False}), \
+            distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
+                                     dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
+        data = _spread_by_hand(client, (x, y), 375)                 # 16 chunks, worker A, B, A, B, ...
+        value_and_grad(squared_residuals, w, data, client=client)  # compiled, and the plan made
+        before = _transfers(client)
+        value, grad = value_and_grad(squared_residuals, w, data, client=client)
+        # the parameters copied to the second worker, one worker's total to the other, the result; in chunk
+        # order each of the two summing tasks of 8 partials would have fetched 4 from the other worker
+        assert _transfers(client) - before == 3
+    assert abs(value - expected_value) <= 1e-12 * abs(expected_value) and _rel(grad, expected) <= 1e-12
+
+
+def test_same_data_other_function_and_same_shapes_other_data(client):
+    rng = np.random.default_rng(5)
+    x, y = rng.normal(size=(3000, 2)), rng.normal(size=3000)
+    data = (client.persist(da.from_array(x, chunks=500)), client.persist(da.from_array(y, chunks=500)))
+    w = np.array([0.3, -0.2])
+    for f in (squared_residuals, counted_loss, squared_residuals):          # the function changes, not the data
+        value, grad = value_and_grad(f, w, data, client=client)
+        expected_value, (expected,) = _tape_value_and_grad(f, [w], x, y)
+        assert abs(value - expected_value) <= 1e-12 * abs(expected_value) and _rel(grad, expected) <= 1e-12
+    x2 = x + 1.0                                                            # other data, same shapes and chunks
+    for xs in (da.from_array(x2, chunks=500), client.persist(da.from_array(x2, chunks=500)), data[0]):
+        value, grad = value_and_grad(squared_residuals, w, (xs, data[1]), client=client)
+        expected_value, (expected,) = _tape_value_and_grad(squared_residuals, [w], x if xs is data[0] else x2, y)
+        assert abs(value - expected_value) <= 1e-12 * abs(expected_value) and _rel(grad, expected) <= 1e-12
+
+
+def test_a_call_releases_the_previous_calls_futures(client, regression):
+    x, y, w = regression
+    data = (client.persist(da.from_array(x, chunks=1500)), client.persist(da.from_array(y, chunks=1500)))
+    distributed.wait(data)
+    mine = set(client.refcount)
+    value_and_grad(squared_residuals, w, data, client=client)
+    first = set(client.refcount) - mine
+    assert len(first) == 2                                  # its parameters and its result, held until the next call
+    value_and_grad(squared_residuals, w, data, client=client)
+    second = set(client.refcount) - mine
+    assert len(second) == 2 and not first & second
+    forgotten = lambda dask_scheduler, keys: not any(k in dask_scheduler.tasks for k in keys)  # noqa: E731
+    deadline = time.monotonic() + 10
+    while not client.run_on_scheduler(forgotten, keys=list(first)):
+        assert time.monotonic() < deadline, "the first call's keys stay on the cluster"
+        time.sleep(0.05)
+    map_gradients(bump, np.ones((8, 3)), np.ones(3), client=client)
+    deadline = time.monotonic() + 10
+    while len(set(client.refcount) - mine) != 1:            # map_gradients holds its static data only
+        assert time.monotonic() < deadline, set(client.refcount) - mine
+        time.sleep(0.05)
 
 
 def _die_once(block, marker):

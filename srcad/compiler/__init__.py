@@ -1,11 +1,11 @@
-"""srcad's source-to-source compiler: user function -> primal, forward, adjoint.
+"""srcad's compiler: a user function -> IR -> passes -> a compiled primal, forward and adjoint.
 
-`transform(pyfunc, arg_types, active)` returns a `Transformed` holding three
-Numba dispatchers. Pipeline: frontend (parse, resolve, fence) -> normalize
-(three-address IR) -> Numba types of the primal -> activity -> reverse
-(forward with saves, adjoint) -> codegen -> backend (files + Numba cache).
+`transform(pyfunc, arg_types, active)` returns a `Transformed` holding the
+compiled functions; `pipeline.PASSES` lists the passes in order, and
+`pipeline.run` / `pipeline.dump` show the IR after any of them. How it works:
+docs/design.md.
 """
-from .frontend import TransformError
-from .transform import Transformed, transform
+from .errors import TransformError
+from .pipeline import Transformed, transform
 
 __all__ = ["TransformError", "Transformed", "transform"]

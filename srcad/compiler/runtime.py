@@ -1,4 +1,4 @@
-"""Small Numba helpers the generated code calls: stacks and broadcast sums.
+"""Small Numba helpers the generated code calls: stacks, broadcast sums, derivative conventions.
 
 They live in one importable module (not in every generated file) so that
 Numba compiles and caches them once. They are only ever called from compiled
@@ -23,15 +23,6 @@ def grow(stack, need):
     for i in range(stack.shape[0]):
         bigger[i] = stack[i]
     return bigger
-
-
-@_helper
-def push(stack, top, value):
-    """Push one value; returns the (possibly reallocated) stack and the new top."""
-    if top == stack.shape[0]:
-        stack = grow(stack, top + 1)
-    stack[top] = value
-    return stack, top + 1
 
 
 def sum_into(dest, grad):
@@ -124,3 +115,27 @@ def _power_slope_overload(a, b):
     def scalar_exponent(a, b):
         return b * a ** (b - 1.0) if b != 0 else 0.0 * a
     return scalar_exponent
+
+
+@_helper
+def stop_gradient(x):
+    """The value itself: `ad.stop_gradient` only matters to the derivative (its rule is zero)."""
+    return x
+
+
+def reciprocal_or_zero(x):
+    """1 / x where x > 0, else 0: the derivative of `log_or_zero`."""
+    x = np.asarray(x)
+    return np.where(x > 0, 1.0 / np.where(x > 0, x, 1.0), 0.0)[()]
+
+
+@overload(reciprocal_or_zero, jit_options={"no_cpython_wrapper": True, "no_cfunc_wrapper": True})
+def _reciprocal_or_zero_overload(x):
+    if isinstance(x, numba.types.Array):
+        def array(x):
+            return np.where(x > 0, 1.0 / np.where(x > 0, x, 1.0), 0.0)
+        return array
+
+    def scalar(x):
+        return 1.0 / x if x > 0 else 0.0 * x
+    return scalar

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import srcad as ad
-from srcad.compiler.backend import CacheWarning
+from srcad.compiler.backends.cache import CacheWarning
 
 SCALE = 2.0
 
@@ -142,7 +142,7 @@ def test_uncreatable_cache_directory_compiles_with_one_warning(monkeypatch):
 
 
 def test_full_disk_gives_up_the_directory_with_one_warning(tmp_path, monkeypatch):
-    from srcad.compiler import backend
+    from srcad.compiler.backends import cache as backend
 
     full = tmp_path / "full"
     write = backend._write_atomic
@@ -265,7 +265,7 @@ def test_module_global_is_frozen_at_first_compile_for_plain_and_tape_calls_until
 
 def test_compiler_hash_covers_files_in_subfolders(tmp_path):
     """The cache key changes when any compiler file changes, however deep (stale caches never load)."""
-    from srcad.compiler.backend import tree_hash
+    from srcad.compiler.backends.cache import tree_hash
     (tmp_path / "ir").mkdir()
     (tmp_path / "a.py").write_text("x = 1\n")
     (tmp_path / "ir" / "nodes.py").write_text("y = 2\n")

@@ -41,7 +41,7 @@ from hypothesis import HealthCheck, Phase, assume, given, settings, strategies a
 
 import srcad as ad
 from srcad.testing import cotangents, finite_differences, fresh, scalarize, value_of
-from srcad.compiler.backend import import_module, write_module
+from srcad.compiler.backends.cache import import_module, write_module
 
 N = 6                      # array length of the inputs
 FRAGMENTS = int(os.environ.get("SRCAD_RANDPROG_FRAGMENTS", "8"))

@@ -1,32 +1,25 @@
-"""Numba compilation and the on-disk cache of generated modules.
+"""The on-disk cache of generated modules: private, verified, atomic, shared safely between processes.
 
 Generated code is written as real .py files under the cache directory
 ($SRCAD_CACHE_DIR, else ~/.cache/srcad), named by a hash of the normalized
-primal source, the argument types, the active mask and the versions of
-srcad's compiler and Numba. Functions are compiled with `cache=True`, so a
-second process imports the files and loads Numba's machine code instead of
+primal source, the argument types, the active mask and the source of srcad's
+compiler (every file, subfolders included) and Numba's version, so a second
+process imports the files and loads Numba's machine code instead of
 generating and compiling again.
 
-Compile time: the transform needs only the primal's types, so `infer_types`
-runs Numba's frontend and type inference without lowering; `load_cached`
-loads cached machine code without first initialising all of Numba's CPU
-target (see each for the numbers).
-
 The cache is code this process will run, so it is kept private and checked
-(see `cache_dir`, `read_module`, `load_cached`): directory mode 0700, every
-file the user's own, each module verified against the content hash written
-with it, writes through fresh O_EXCL files renamed into place, one process at
-a time per entry (`entry_lock`). Anything that fails these checks or cannot
-be loaded is discarded and compiled again, with one `CacheWarning`.
+(see `cache_dir`, `read_module`): directory mode 0700, every file the user's
+own, each module verified against the content hash written with it, writes
+through fresh O_EXCL files renamed into place, one process at a time per
+entry (`entry_lock`). Anything that fails these checks or cannot be loaded is
+discarded and compiled again, with one `CacheWarning`.
 """
 import atexit
 import contextlib
 import fcntl
-import glob
 import hashlib
 import json
 import os
-import re
 import secrets
 import shutil
 import stat
@@ -39,9 +32,7 @@ from pathlib import Path
 
 import numba
 
-from .frontend import TransformError
-
-_HERE = Path(__file__).parent
+_COMPILER_ROOT = Path(__file__).parent.parent
 
 
 class CacheWarning(UserWarning):
@@ -129,7 +120,7 @@ def compiler_hash():
     """Changes whenever the compiler's own source changes (stale caches are never reused)."""
     global _COMPILER_HASH
     if _COMPILER_HASH is None:
-        _COMPILER_HASH = tree_hash(_HERE, numba.__version__)
+        _COMPILER_HASH = tree_hash(_COMPILER_ROOT, numba.__version__)
     return _COMPILER_HASH
 
 
@@ -265,177 +256,6 @@ def entry_lock(root, base):
         yield
     finally:
         os.close(fd)
-
-
-def jit(function, boundscheck=False):
-    # no_cfunc_wrapper: the C-callable wrapper Numba builds by default (for
-    # first-class function values) is never used for generated code, and for a
-    # forward that returns a large `saved` tuple it is a fifth of the LLVM IR.
-    # error_model="numpy": x / 0, log(0), the adjoint of sqrt at 0 give inf and
-    # nan, as the eager tape and NumPy do, instead of raising ZeroDivisionError.
-    return numba.njit(cache=True, no_cfunc_wrapper=True, error_model="numpy",
-                      boundscheck=boundscheck)(function)
-
-
-def load_cached(dispatcher, args):
-    """Load `dispatcher`'s overload for `args` from Numba's disk cache, without
-    initialising the whole CPU target first.
-
-    Numba's own cache load (Dispatcher.compile) starts with
-    ``targetctx.refresh()``, which imports every typing and lowering registry
-    (scipy.linalg included): ~0.3 s in a fresh process, though nothing that is
-    loaded from the cache needs them. This mirrors the cache-hit branch of
-    Dispatcher.compile minus that refresh; any later compile refreshes as
-    usual. Returns True when the overload is there afterwards; False on a cache
-    miss or anything unexpected, and the caller then simply calls the dispatcher.
-
-    Numba unpickles its index and data files, and a truncated one makes every
-    later compile fail: files not the user's own are discarded first, and an
-    entry that cannot be loaded (even with the full refresh) is discarded with
-    a warning and compiled again.
-    """
-    from numba.core.compiler_lock import global_compiler_lock
-    from numba.core.runtime import rtsys
-
-    with global_compiler_lock:
-        try:
-            sig = tuple(dispatcher.typeof_pyval(a) for a in args)
-        except Exception:
-            return False
-        if sig in dispatcher.overloads:
-            return True
-        cache = getattr(dispatcher, "_cache", None)
-        index = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
-        if index is None:
-            return False
-        _check_numba_files(index)
-        ctx = dispatcher.targetctx
-        try:
-            rtsys.initialize(ctx)
-            cres = cache._load_overload(sig, ctx)
-        except Exception:
-            try:
-                cres = cache.load_overload(sig, ctx)      # with Numba's refresh
-            except Exception as exc:
-                _discard_numba_entry(index, exc)
-                return False
-        if cres is None or cres.objectmode:
-            return False
-        try:
-            ctx.insert_user_function(cres.entry_point, cres.fndesc, [cres.library])
-            dispatcher.add_overload(cres)
-            dispatcher._cache_hits[sig] += 1
-        except Exception:
-            return False
-        return True
-
-
-def _numba_files(index):
-    """Numba's index file of one function and its data files (<base>.nbi, <base>.<n>.nbc)."""
-    base = index[:-len(".nbi")] if index.endswith(".nbi") else index
-    return glob.glob(glob.escape(base) + ".*")
-
-
-def _check_numba_files(index):
-    for path in _numba_files(index):
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if stat.S_ISLNK(st.st_mode) or st.st_uid != os.getuid():
-            _discard(path, "a symlink" if stat.S_ISLNK(st.st_mode) else
-                     f"owned by uid {st.st_uid}, not by you (uid {os.getuid()})")
-
-
-def _discard_numba_entry(index, exc):
-    warn_once(("numba", index), f"srcad: discarded Numba's cache of {Path(index).name} in {Path(index).parent} "
-                                f"(it cannot be loaded: {type(exc).__name__}: {exc}); compiling it again.")
-    for path in _numba_files(index):
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-
-
-class Typed:
-    """What type inference alone gives: Numba's SSA typemap and the return type."""
-
-    def __init__(self, typemap, return_type):
-        self.typemap = typemap
-        self.return_type = return_type
-
-
-_TYPE_ONLY = None
-
-
-def _type_only_compiler():
-    """A Numba compiler class whose pipeline stops after type inference: no
-    lowering, no LLVM (the types of the primal are all the transform needs)."""
-    global _TYPE_ONLY
-    if _TYPE_ONLY is not None:
-        return _TYPE_ONLY
-    from numba.core.compiler import CompilerBase, DefaultPassBuilder
-    from numba.core.compiler_machinery import FunctionPass, PassManager, register_pass
-    from numba.core.typed_passes import NopythonTypeInference
-
-    @register_pass(mutates_CFG=False, analysis_only=True)
-    class StopAfterTyping(FunctionPass):
-        _name = "srcad_stop_after_typing"
-
-        def __init__(self):
-            FunctionPass.__init__(self)
-
-        def run_pass(self, state):
-            state.cr = Typed(state.typemap, state.return_type)
-            return False
-
-    class TypeOnly(CompilerBase):
-        def define_pipelines(self):
-            pm = PassManager("srcad_type_only")
-            pm.passes.extend(DefaultPassBuilder.define_untyped_pipeline(self.state).passes)
-            pm.add_pass(NopythonTypeInference, "nopython frontend")
-            pm.add_pass(StopAfterTyping, "stop after typing")
-            pm.finalize()
-            return [pm]
-
-    _TYPE_ONLY = TypeOnly
-    return TypeOnly
-
-
-def infer_types(dispatcher, arg_types):
-    """Run Numba's frontend and type inference (only) of a `jit` dispatcher's
-    Python function for `arg_types`; returns a `Typed`. Typing errors are
-    Numba's, as from a compile."""
-    from numba.core import compiler
-    from numba.core.compiler_lock import global_compiler_lock
-
-    flags = compiler.Flags()
-    dispatcher.targetdescr.options.parse_as_flags(flags, dispatcher.targetoptions)
-    with global_compiler_lock:
-        return compiler.compile_extra(dispatcher.targetdescr.typing_context, dispatcher.targetdescr.target_context,
-                                      dispatcher.py_func, args=tuple(arg_types), return_type=None, flags=flags,
-                                      locals=dispatcher.locals, pipeline_class=_type_only_compiler())
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def user_error(exc, path, origins, func_name):
-    """A Numba error in generated code, re-stated on the user's function and line."""
-    text = _ANSI.sub("", str(exc))
-    origin = None
-    for m in re.finditer(r'File "([^"]+)", line (\d+)', text):
-        if Path(m.group(1)).name == Path(path).name:
-            line = int(m.group(2)) - 1
-            while line >= 0 and (line >= len(origins) or origins[line] is None):
-                line -= 1
-            if line >= 0:
-                origin = origins[line]
-                break
-    reason = next((ln.strip() for ln in text.splitlines() if ln.strip()
-                   and not ln.startswith("Failed in")), text.strip())
-    if origin is None:
-        return TransformError(f"{func_name}: Numba cannot compile it: {reason}")
-    return TransformError(f"{origin.func} ({origin.file}, line {origin.line}): Numba cannot compile "
-                          f"`{origin.text}`: {reason}")
 
 
 def save_meta(path, meta):

@@ -13,11 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..source import StaleSourceError, capture_source
-
-
-class TransformError(Exception):
-    """The function uses something the source transformation cannot handle."""
+from ...source import StaleSourceError, capture_source
+from ..errors import TransformError, refuse
+from ..ir import Origin
 
 
 @dataclass
@@ -30,18 +28,16 @@ class FuncInfo:
     lines: list
     tree: ast.FunctionDef
     namespace: dict = field(default_factory=dict)
+    helper: bool = False              # followed from a call, not the decorated function
 
-    def file_line(self, node):
-        return self.first_line + getattr(node, "lineno", 1) - 1
-
-    def line_text(self, node):
+    def origin(self, node):
+        """The IR origin of an AST node of this function: its file line and text."""
         i = getattr(node, "lineno", 1) - 1
-        return self.lines[i].strip() if 0 <= i < len(self.lines) else ""
+        text = self.lines[i].strip() if 0 <= i < len(self.lines) else ""
+        return Origin(self.name, self.filename, self.first_line + i, text, self.helper)
 
     def error(self, node, construct, hint):
-        return TransformError(
-            f"{self.name} ({self.filename}, line {self.file_line(node)}): "
-            f"{construct} is not supported by srcad's compiler. Hint: {hint} (the supported subset: docs/subset.md)")
+        return refuse(self.origin(node), construct, hint)
 
 
 def unwrap(obj):
@@ -56,7 +52,7 @@ def unwrap(obj):
     return obj
 
 
-def load(pyfunc):
+def load(pyfunc, helper=False):
     """Parse `pyfunc` and gather its globals and closure cells."""
     pyfunc = unwrap(pyfunc)
     if not inspect.isfunction(pyfunc):
@@ -82,7 +78,7 @@ def load(pyfunc):
                 namespace[name] = cell.cell_contents
             except ValueError:
                 pass
-    info = FuncInfo(pyfunc, pyfunc.__name__, filename, first, source.splitlines(), tree, namespace)
+    info = FuncInfo(pyfunc, pyfunc.__name__, filename, first, source.splitlines(), tree, namespace, helper)
     fence(info)
     return info
 

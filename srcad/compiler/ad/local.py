@@ -1,0 +1,301 @@
+"""The adjoint of one statement: what the reverse sweep does there, built from the rule table.
+
+`LocalAdjoints(fn).of(s)` returns IR statements that read the values every
+name held just *before* `s` ran (the reverse transform restores them first)
+and move the adjoint of what `s` wrote onto what it read:
+
+* `v = f(a, b)`: `d_a += d_v * pa`, `d_b += d_v * pb`, then `d_v` starts
+  over (it belongs to the value `v` had before). A tree is differentiated
+  down to its leaves; a function on whole arrays uses its transpose.
+* `a[i] = e`: `d_e += d_a[i]`, `d_a[i] = 0` (a copy within one array takes
+  the incoming adjoint out before zeroing, since NumPy reads the right-hand
+  side whole before writing).
+* `t += e` (an Accumulate of generated code): `d_e += d_t`.
+
+Adjoint names are `d_<name>` (`adjoint_name`); the values an adjoint reads
+are what the save analysis keeps available (`reads`).
+"""
+from numba.core import types as nt
+
+from ..analysis.types import rank, type_of
+from ..errors import TransformError, where
+from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Global, Name, Pop, Push, Store, Subscript, Tuple,
+                  UnaryOp)
+from ..ir.forms import is_atom, is_tree, leaves
+from ..ir.visit import children, defines, names_in, own_exprs, subexpressions, walk
+from .rules import ARRAY_RULES, ELEMENTWISE, NONDIFF, instantiate, is_elementwise, partials_of
+
+_SHAPE_ONLY_CALLS = frozenset({"np.zeros_like", "np.empty_like", "np.shape", "np.size", "len", "np.ndim"})
+
+
+class LocalAdjoints:
+    """The adjoints of the statements of `fn` (typed, with activity), memoized per statement."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.active = fn.facts["activity"]["active"]
+        self.d = {}
+        self.memo = {}
+        self.locals = {}
+
+    # ---- names ---------------------------------------------------------------------------------
+    def adjoint_name(self, v):
+        if v not in self.d:
+            self.d[v] = self.fn.names.fresh(f"d_{v}")
+        return self.d[v]
+
+    def local(self, stmt, base):
+        """One fresh name per statement and purpose."""
+        key = (id(stmt), base)
+        if key not in self.locals:
+            self.locals[key] = self.fn.names.fresh(base)
+        return self.locals[key]
+
+    def zero(self, v):
+        """The adjoint of `v` set back to zero: a new array shaped like `v`'s value now, or 0.0."""
+        if isinstance(self.fn.types.get(v), nt.Array):
+            return Assign(self.adjoint_name(v), Call("np.zeros_like", (Name(v),)))
+        return Assign(self.adjoint_name(v), Const(0.0))
+
+    def is_active(self, atom):
+        if isinstance(atom, Name):
+            return atom.id in self.active
+        if isinstance(atom, Subscript) and isinstance(atom.base, Name) and not isinstance(atom.base, Attribute):
+            return atom.base.id in self.active
+        return False
+
+    # ---- statements ----------------------------------------------------------------------------
+    def of(self, s):
+        """The adjoint statements of `s` (empty when it moves no derivative)."""
+        if id(s) not in self.memo:
+            if isinstance(s, Assign):
+                out = self._assign(s) if s.target in self.active else []
+            elif isinstance(s, Store):
+                out = self._store(s) if s.array in self.active else []
+            elif isinstance(s, Accumulate):
+                out = self._accumulate_stmt(s)
+            elif isinstance(s, Push):
+                out = self._push(s) if s.stack in self.active else []
+            elif isinstance(s, Pop):
+                out = self._pop(s) if s.stack in self.active else []
+            else:
+                out = []
+            for t in out:
+                t.origin = s.origin
+            self.memo[id(s)] = out
+        return self.memo[id(s)]
+
+    def reads(self, s):
+        """(names whose values the adjoint of `s` reads, names it reads at all: shapes included)."""
+        stmts = self.of(s)
+        defined = set().union(*(defines(t) for t in walk(stmts)))
+        adjoints = set(self.d.values())
+        every, values = set(), set()
+        for t in walk(stmts):
+            for e in own_exprs(t):
+                every |= names_in(e)
+                values |= _value_names(e)
+        keep = lambda ns: {n for n in ns if n not in adjoints and n not in defined}  # noqa: E731
+        return keep(values), keep(every)
+
+    def _assign(self, s):
+        v = s.target
+        dv = Name(self.adjoint_name(v))
+        contributions = _grouped(self.contributions(s, s.value, self.fn.types.get(v), dv))
+        self_uses = [c for c in contributions if c[0] == Name(v)]
+        others = [c for c in contributions if c[0] != Name(v)]
+        out = []
+        if not self_uses:
+            for atom, expr, mode, r in others:
+                out += self.accumulate(atom, expr, mode, r)
+            return out + [self.zero(v)]
+        if len(self_uses) == 1 and (self_uses[0][2] == "exact" or rank(self.fn.types.get(v)) == 0):
+            for atom, expr, mode, r in others:
+                out += self.accumulate(atom, expr, mode, r)
+            new = self_uses[0][1]
+            if rank(self.fn.types.get(v)) == 0 and self_uses[0][3] > 0:
+                new = Call("np.sum", (new,))
+            return out + ([Assign(dv.id, new)] if new != dv else [])
+        g = self.local(s, f"g_{v}")
+        out = [Assign(g, dv), self.zero(v)]
+        for atom, expr, mode, r in _grouped(self.contributions(s, s.value, self.fn.types.get(v), Name(g))):
+            out += self.accumulate(atom, expr, mode, r)
+        return out
+
+    def _store(self, s):
+        view = Subscript(Name(self.adjoint_name(s.array)), s.index)
+        stored_rank = rank(type_of(self.fn, Subscript(Name(s.array), s.index)))
+        zero = Store(self.adjoint_name(s.array), s.index, Const(0.0))
+        v = s.value
+        if isinstance(v, Subscript) and v.base == Name(s.array):
+            # source and destination may overlap: take the adjoint out before zeroing it
+            g = self.local(s, f"g_{s.array}")
+            taken = Call("np.copy", (view,)) if stored_rank else view
+            return [Assign(g, taken), zero] + self.accumulate(v, Name(g), "reduce", stored_rank)
+        return self.accumulate(v, view, "reduce", stored_rank) + [zero]
+
+    def _accumulate_stmt(self, s):
+        """`t += e`: the adjoint of `t` flows to `e` (broadcast back up when `e` was summed down)."""
+        t = s.target
+        base = t if isinstance(t, Name) else t.base
+        if not self.is_active(base):
+            return []
+        d_base = Name(self.adjoint_name(base.id))
+        dt = d_base if isinstance(t, Name) else Subscript(d_base, t.index)
+        value_ty = self.value_type(s.value)
+        target_ty = type_of(self.fn, t)
+        out_ty = target_ty if rank(target_ty) > rank(value_ty) else value_ty
+        out = []
+        for atom, expr, mode, r in _grouped(self.contributions(s, s.value, out_ty, dt)):
+            out += self.accumulate(atom, expr, mode, r)
+        return out
+
+    def value_type(self, e):
+        """The type of an elementwise value: an array of its leaves' largest rank, else a float."""
+        found = [type_of(self.fn, a) for a in leaves(e)] if is_tree(e, is_elementwise) or is_atom(e) else []
+        arrays = [t for t in found if isinstance(t, nt.Array)]
+        if arrays:
+            return max(arrays, key=lambda t: t.ndim)
+        floats = [t for t in found if isinstance(t, nt.Float)]
+        return floats[0] if floats else nt.float64
+
+    def _push(self, s):
+        """`push(S, v)`: the adjoint of the value on top of S flows to `v` (generated code saved it)."""
+        top = self.local(s, f"g_{s.stack}")
+        out = [Pop(self.adjoint_name(s.stack), Name(top))]
+        for atom, expr, mode, r in self.contributions(s, s.value, self.value_type(s.value), Name(top)):
+            out += self.accumulate(atom, expr, mode, r)
+        return out
+
+    def _pop(self, s):
+        """`v = pop(S)`: the adjoint of `v` goes on top of the adjoint of S; `v`'s starts over."""
+        t = s.target
+        if isinstance(t, Name):
+            dt = Name(self.adjoint_name(t.id))
+            return [Push(self.adjoint_name(s.stack), dt), self.zero(t.id)]
+        dt = Subscript(Name(self.adjoint_name(t.base.id)), t.index)
+        taken = Call("np.copy", (dt,)) if rank(type_of(self.fn, t)) else dt
+        return [Push(self.adjoint_name(s.stack), taken), Store(self.adjoint_name(t.base.id), t.index, Const(0.0))]
+
+    # ---- contributions -------------------------------------------------------------------------
+    def contributions(self, s, value, out_ty, g):
+        """(atom, adjoint expression, mode, rank of the expression) for each input of `value`, the
+        value statement `s` computes (of type `out_ty`), given its adjoint `g`."""
+        out_rank = rank(out_ty)
+        if isinstance(value, (Name, Subscript)) and is_atom(value):
+            return [(value, g, "exact", out_rank)]
+        if isinstance(value, (Const, Global, Attribute)):
+            return []
+        if is_tree(value, is_elementwise):
+            return self.tree(value, out_ty, g)
+        if isinstance(value, BinOp) and value.op == "@":
+            return self.array_rule(s, "@", [value.left, value.right], None, g, out_rank)
+        if isinstance(value, Call):
+            fn = value.fn
+            if fn in NONDIFF or fn == "srcad.stop_gradient":
+                return []
+            if fn == ".astype":
+                return [(value.args[0], g, "exact", out_rank)]
+            axis = value.keyword("axis")
+            axis = axis.value if isinstance(axis, Const) else None
+            if fn in ARRAY_RULES:
+                return self.array_rule(s, fn, list(value.args), axis, g, out_rank)
+            if fn in ELEMENTWISE:
+                return self.tree(value, out_ty, g)
+            raise TransformError(f"{where(s.origin)}: no derivative rule for `{fn}` in `{s.origin.text}`. Hint: "
+                                 f"wrap it with ad.stop_gradient(...) if it should not be differentiated, or write "
+                                 f"it with supported math/NumPy functions (adding a rule: docs/rules.md)")
+        if isinstance(value, (BinOp, UnaryOp, Tuple)) and not any(self.is_active(a) for a in _atoms(value)):
+            return []
+        raise TransformError(f"{where(s.origin)}: cannot differentiate `{s.origin.text}`. Hint: write it with "
+                             f"supported operations (docs/subset.md)")
+
+    def tree(self, root, out_ty, g):
+        """Chain rule down an elementwise tree: one contribution per active leaf, the incoming
+        adjoint times the partials along the path to it."""
+        all_leaves = leaves(root)
+        out_rank = rank(out_ty)
+        scalar64 = out_ty == nt.float64 and all(rank(type_of(self.fn, a)) == 0 for a in all_leaves)
+        module = "math" if scalar64 else "np"
+        one_array = len({a for a in all_leaves if rank(type_of(self.fn, a)) > 0}) <= 1
+        result = []
+
+        def visit(node, factors, negative):
+            if is_atom(node):
+                if not self.is_active(node):
+                    return
+                mode = "exact" if rank(type_of(self.fn, node)) == out_rank and one_array else "reduce"
+                expr = g
+                for f in factors:
+                    expr = BinOp("*", expr, f)
+                result.append((node, UnaryOp("-", expr) if negative else expr, mode, out_rank))
+                return
+            children, partials = partials_of(node)
+            for child, partial in zip(children, partials):
+                if partial is None or not any(self.is_active(a) for a in leaves(child)):
+                    continue
+                p = instantiate(partial(*children), module)
+                if p == Const(1.0) or p == Const(1):
+                    visit(child, factors, negative)
+                elif p == Const(-1.0) or p == Const(-1):
+                    visit(child, factors, not negative)
+                else:
+                    visit(child, factors + [p], negative)
+        visit(root, [], False)
+        return result
+
+    def array_rule(self, s, fn, args, axis, g, out_rank):
+        ranks = [rank(type_of(self.fn, a)) for a in args]
+        rule = ARRAY_RULES[fn]
+        result = []
+        for k, transpose in enumerate(rule.transposes):
+            if k >= len(args) or not self.is_active(args[k]):
+                continue
+            found = transpose(args, g, ranks, axis)
+            if found is None:
+                raise TransformError(f"{where(s.origin)}: no derivative rule for `{fn}` on arrays of rank {ranks}"
+                                     f"{'' if axis is None else f' with axis={axis}'} in `{s.origin.text}`. Hint: "
+                                     f"use explicit loops or a supported form (docs/rules.md)")
+            expr, mode = found
+            result.append((args[k], expr, mode, ranks[k] if mode in ("exact", "expand") else out_rank))
+        return result
+
+    def accumulate(self, atom, expr, mode, expr_rank):
+        """Statements adding `expr` into the adjoint of `atom`."""
+        if isinstance(atom, (Const, Global, Attribute)) or not self.is_active(atom):
+            return []
+        if isinstance(atom, Name):
+            target = Name(self.adjoint_name(atom.id))
+        else:
+            target = Subscript(Name(self.adjoint_name(atom.base.id)), atom.index)
+        ra = rank(type_of(self.fn, atom))
+        if ra == 0 and expr_rank > 0:
+            return [Accumulate(target, Call("np.sum", (expr,)))]
+        if ra == 0 or expr_rank == 0 or mode in ("exact", "expand"):
+            return [Accumulate(target, expr)]
+        return [Accumulate(target, expr, reduce=True)]
+
+
+def _grouped(contributions):
+    """Contributions to the same atom (in the same mode) summed into one: `x[i] * x[i]` adds
+    `d * x[i] + d * x[i]` into `d_x[i]` once."""
+    out = {}
+    for atom, expr, mode, r in contributions:
+        key = (atom, mode, r)
+        out[key] = BinOp("+", out[key], expr) if key in out else expr
+    return [(atom, expr, mode, r) for (atom, mode, r), expr in out.items()]
+
+
+def _atoms(e):
+    return [x for x in subexpressions(e) if is_atom(x)]
+
+
+def _value_names(e):
+    """Names whose element values `e` reads (not only their shapes)."""
+    if isinstance(e, Name):
+        return {e.id}
+    if isinstance(e, Attribute) and e.attr in ("shape", "size", "ndim", "dtype"):
+        return set()
+    parts = e.args[1:] + tuple(v for _, v in e.keywords) if isinstance(e, Call) and e.fn in _SHAPE_ONLY_CALLS \
+        else children(e)
+    return set().union(*(_value_names(x) for x in parts)) if parts else set()

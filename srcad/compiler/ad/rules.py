@@ -1,0 +1,314 @@
+"""The compiled layer's one table of derivative rules, as IR expression trees.
+
+An elementwise function is one line: the partial derivative with respect to
+each argument, a formula in the arguments (`None`: not differentiable in that
+argument). Partials serve both directions: the tangent of `y = f(a, b)` is
+`pa * da + pb * db`, its transpose adds `pa * g` into the adjoint of `a`.
+`M.cos` is `math.cos` where the arguments are float64 scalars and `np.cos`
+otherwise (see `instantiate`).
+
+    elementwise("np.sinh math.sinh", lambda a: M.cosh(a))
+
+A function on whole arrays (a reduction, a product, a transpose) is linear
+in each argument with the others fixed: its entry gives the tangent and the
+transpose (the vector-Jacobian product) of each argument, given the static
+ranks of the arguments and the `axis` keyword:
+
+    ArrayRule(tangent=lambda args, dargs, ranks, axis: ..., transposes=[lambda args, g, ranks, axis: ...])
+
+Each transpose returns `(expression, mode)`: "exact" when the expression
+has the argument's shape, "expand" when it broadcasts up to it, "reduce" when
+it must be summed over the axes along which the argument was broadcast.
+
+The conventions at edge points are the eager table's (`srcad/ops/rules.py`,
+TensorFlow's): d(x ** y)/dy is 0 where x <= 0 and d(x ** y)/dx is 0 where
+y == 0; `abs` has slope 0 at 0; a tie of `maximum` goes to the first
+argument; `np.max` splits the adjoint equally among tied extrema.
+`tests/compiler/test_rules_agree.py` checks that both tables agree.
+"""
+from dataclasses import dataclass
+
+from ..ir import BinOp, Call, Compare, Const, Subscript, UnaryOp, lift
+from ..ir.visit import rebuild
+
+
+class _Module:
+    """`M.cos(x)` builds the call `M.cos` (module chosen by `instantiate`); `np.cbrt(x)` a NumPy call."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def __getattr__(self, fn):
+        return lambda *args: Call(f"{self._name}.{fn}", tuple(lift(a) for a in args))
+
+
+M = _Module("M")
+np_ = _Module("np")
+srcad = _Module("srcad")
+
+
+def ge(a, b):
+    return Compare(">=", a, lift(b))
+
+
+def gt(a, b):
+    return Compare(">", a, lift(b))
+
+
+def le(a, b):
+    return Compare("<=", a, lift(b))
+
+
+def lt(a, b):
+    return Compare("<", a, lift(b))
+
+
+def ne(a, b):
+    return Compare("!=", a, lift(b))
+
+
+def where(c, a, b):
+    return Call("np.where", (c, lift(a), lift(b)))
+
+
+# ---- elementwise functions: the partial derivative per argument ---------------------------------
+
+ELEMENTWISE = {}
+
+
+def elementwise(names, *partials):
+    """Register the partials of the functions `names` (space-separated canonical names)."""
+    for name in names.split():
+        ELEMENTWISE[name] = partials
+
+
+elementwise("np.sin math.sin", lambda a: M.cos(a))
+elementwise("np.cos math.cos", lambda a: -M.sin(a))
+elementwise("np.tan math.tan", lambda a: 1.0 + M.tan(a) ** 2)
+elementwise("np.exp math.exp", lambda a: M.exp(a))
+elementwise("np.expm1 math.expm1", lambda a: M.exp(a))
+elementwise("np.exp2", lambda a: 0.6931471805599453 * np_.exp2(a))
+elementwise("np.log math.log", lambda a: 1.0 / a)
+elementwise("np.log1p math.log1p", lambda a: 1.0 / (1.0 + a))
+elementwise("np.log2 math.log2", lambda a: 1.4426950408889634 / a)
+elementwise("np.log10 math.log10", lambda a: 0.4342944819032518 / a)
+elementwise("np.sqrt math.sqrt", lambda a: 0.5 / M.sqrt(a))
+elementwise("np.cbrt", lambda a: 1.0 / (3.0 * np_.cbrt(a) ** 2))
+elementwise("np.tanh math.tanh", lambda a: 1.0 - M.tanh(a) ** 2)
+elementwise("np.sinh math.sinh", lambda a: M.cosh(a))
+elementwise("np.cosh math.cosh", lambda a: M.sinh(a))
+elementwise("np.arcsin math.asin", lambda a: 1.0 / M.sqrt(1.0 - a * a))
+elementwise("np.arccos math.acos", lambda a: -1.0 / M.sqrt(1.0 - a * a))
+elementwise("np.arctan math.atan", lambda a: 1.0 / (1.0 + a * a))
+elementwise("np.arcsinh math.asinh", lambda a: 1.0 / M.sqrt(a * a + 1.0))
+elementwise("np.arccosh math.acosh", lambda a: 1.0 / M.sqrt(a * a - 1.0))
+elementwise("np.arctanh math.atanh", lambda a: 1.0 / (1.0 - a * a))
+elementwise("math.erf", lambda a: 1.1283791670955126 * M.exp(-a * a))
+elementwise("math.erfc", lambda a: -1.1283791670955126 * M.exp(-a * a))
+elementwise("abs np.abs np.absolute np.fabs math.fabs", lambda a: np_.sign(a))
+elementwise("np.square", lambda a: 2.0 * a)
+elementwise("np.reciprocal", lambda a: -1.0 / (a * a))
+elementwise("np.deg2rad np.radians math.radians", lambda a: Const(0.017453292519943295))
+elementwise("np.rad2deg np.degrees math.degrees", lambda a: Const(57.29577951308232))
+elementwise("np.negative", lambda a: Const(-1.0))
+elementwise("np.positive np.copy np.asarray np.ascontiguousarray float np.float64 np.float32 .astype",
+            lambda a, *dtype: Const(1.0))
+elementwise("np.power math.pow", lambda a, b: srcad.power_slope(a, b), lambda a, b: srcad.log_or_zero(a) * a ** b)
+elementwise("np.arctan2 math.atan2", lambda a, b: b / (a * a + b * b), lambda a, b: -a / (a * a + b * b))
+elementwise("np.hypot math.hypot", lambda a, b: a / M.hypot(a, b), lambda a, b: b / M.hypot(a, b))
+elementwise("np.logaddexp", lambda a, b: 1.0 / (1.0 + np_.exp(b - a)), lambda a, b: 1.0 / (1.0 + np_.exp(a - b)))
+elementwise("np.logaddexp2", lambda a, b: 1.0 / (1.0 + np_.exp2(b - a)), lambda a, b: 1.0 / (1.0 + np_.exp2(a - b)))
+elementwise("np.maximum np.fmax max", lambda a, b: ge(a, b), lambda a, b: lt(a, b))
+elementwise("np.minimum np.fmin min", lambda a, b: le(a, b), lambda a, b: gt(a, b))
+elementwise("np.add", lambda a, b: Const(1.0), lambda a, b: Const(1.0))
+elementwise("np.subtract", lambda a, b: Const(1.0), lambda a, b: Const(-1.0))
+elementwise("np.multiply", lambda a, b: b, lambda a, b: a)
+elementwise("np.divide np.true_divide", lambda a, b: 1.0 / b, lambda a, b: -a / (b * b))
+elementwise("np.copysign math.copysign", lambda a, b: np_.sign(a) * np_.sign(b), None)
+elementwise("np.clip", lambda a, lo, hi: ge(a, lo) * le(a, hi), lambda a, lo, hi: lt(a, lo),
+            lambda a, lo, hi: gt(a, hi))
+elementwise("np.where", None, lambda c, a, b: where(c, 1.0, 0.0), lambda c, a, b: where(c, 0.0, 1.0))
+# what generated code calls: the slopes of x ** y, so that gradients can be differentiated again
+elementwise("srcad.power_slope", lambda a, b: b * srcad.power_slope(a, b - 1.0),
+            lambda a, b: a ** (b - 1.0) * (1.0 + b * srcad.log_or_zero(a)))
+elementwise("srcad.log_or_zero", lambda a: srcad.reciprocal_or_zero(a))
+elementwise("srcad.reciprocal_or_zero", lambda a: -srcad.reciprocal_or_zero(a) ** 2)
+
+# Python operators, by their IR spelling.
+OPERATORS = {
+    "+": (lambda a, b: Const(1.0), lambda a, b: Const(1.0)),
+    "-": (lambda a, b: Const(1.0), lambda a, b: Const(-1.0)),
+    "*": (lambda a, b: b, lambda a, b: a),
+    "/": (lambda a, b: 1.0 / b, lambda a, b: -a / (b * b)),
+    "**": ELEMENTWISE["np.power"],
+    "%": (lambda a, b: Const(1.0), lambda a, b: -np_.floor(a / b)),
+    "u-": (lambda a: Const(-1.0),),
+    "u+": (lambda a: Const(1.0),),
+}
+
+
+def power_partial(exponent):
+    """d(a ** c)/da for a constant exponent c: a plain polynomial, as the user would write it."""
+    c = exponent
+    if c == 0:
+        return lambda a, b: Const(0.0)
+    if c == 1:
+        return lambda a, b: Const(1.0)
+    if c == 2:
+        return lambda a, b: 2.0 * a
+    return lambda a, b: float(c) * a ** float(c - 1)
+
+
+# Calls whose result never carries a derivative (integer-valued, piecewise constant, or allocations).
+NONDIFF = frozenset("""
+    np.zeros np.ones np.empty np.zeros_like np.ones_like np.empty_like np.full np.full_like np.arange
+    np.linspace np.eye np.identity len int round bool math.floor math.ceil math.trunc np.floor np.ceil
+    np.trunc np.round np.rint np.sign np.argmax np.argmin np.isnan np.isinf np.isfinite math.isnan
+    math.isinf math.isfinite np.floor_divide np.logical_and np.logical_or np.logical_not np.greater
+    np.less np.equal np.shape np.ndim np.size np.argsort np.heaviside math.factorial np.int64 np.int32
+    np.bool_ range srcad.trip_count
+""".split())
+
+
+# ---- whole-array functions: tangent and transposes ----------------------------------------------
+
+@dataclass(frozen=True)
+class ArrayRule:
+    tangent: object          # (args, dargs, ranks, axis) -> tangent expression (None where a darg is absent)
+    transposes: tuple        # per argument: (args, g, ranks, axis) -> (adjoint expression, mode), or None
+
+
+def _matmul_transpose(k):
+    def rule(args, g, ranks, axis):
+        a, b = args
+        ra, rb = ranks
+        if ra == 0 or rb == 0:
+            return (g * (b if k == 0 else a), "reduce")
+        forms = {(2, 2): (g @ np_.transpose(b), np_.transpose(a) @ g),
+                 (2, 1): (np_.outer(g, b), np_.transpose(a) @ g),
+                 (1, 2): (b @ g, np_.outer(a, g)),
+                 (1, 1): (g * b, g * a)}
+        if (ra, rb) not in forms:
+            return None
+        return (forms[(ra, rb)][k], "exact")
+    return rule
+
+
+def _matmul_tangent(args, dargs, ranks, axis):
+    a, b = args
+    da, db = dargs
+    parts = [x for x in (da @ b if da is not None else None, a @ db if db is not None else None) if x is not None]
+    return parts[0] if len(parts) == 1 else parts[0] + parts[1]
+
+
+def _axis_keywords(axis):
+    return () if axis is None else (("axis", Const(axis)),)
+
+
+def _sum_tangent(args, dargs, ranks, axis):
+    return Call("np.sum", (dargs[0],), _axis_keywords(axis))
+
+
+def _sum_transpose(args, g, ranks, axis):
+    return (g if axis is None else np_.expand_dims(g, axis), "expand")
+
+
+def _mean_tangent(args, dargs, ranks, axis):
+    return Call("np.mean", (dargs[0],), _axis_keywords(axis))
+
+
+def _mean_transpose(args, g, ranks, axis):
+    a = args[0]
+    if axis is None:
+        return (g / Call("np.size", (a,)), "expand")
+    return (np_.expand_dims(g, axis) / Subscript(Call("np.shape", (a,)), (Const(axis),)), "expand")
+
+
+def _extremum(fn):
+    """np.max / np.min over the whole array: the adjoint split equally among tied extrema."""
+    def mask(a):
+        return np_.equal(a, Call(fn, (a,)))
+
+    def tangent(args, dargs, ranks, axis):
+        if axis is not None:
+            return None
+        return np_.sum(dargs[0] * mask(args[0])) / np_.sum(mask(args[0]))
+
+    def transpose(args, g, ranks, axis):
+        if axis is not None:
+            return None
+        return (g * mask(args[0]) / np_.sum(mask(args[0])), "exact")
+    return ArrayRule(tangent, (transpose,))
+
+
+def _norm_tangent(args, dargs, ranks, axis):
+    return None if axis is not None else np_.sum(args[0] * dargs[0]) / Call("np.linalg.norm", (args[0],))
+
+
+def _norm_transpose(args, g, ranks, axis):
+    return None if axis is not None else (g * args[0] / Call("np.linalg.norm", (args[0],)), "exact")
+
+
+def _outer_tangent(args, dargs, ranks, axis):
+    a, b = args
+    da, db = dargs
+    parts = [np_.outer(da, b) if da is not None else None, np_.outer(a, db) if db is not None else None]
+    parts = [p for p in parts if p is not None]
+    return parts[0] if len(parts) == 1 else parts[0] + parts[1]
+
+
+_MATMUL = ArrayRule(_matmul_tangent, (_matmul_transpose(0), _matmul_transpose(1)))
+
+ARRAY_RULES = {
+    "np.sum": ArrayRule(_sum_tangent, (_sum_transpose,)),
+    "np.mean": ArrayRule(_mean_tangent, (_mean_transpose,)),
+    "np.dot": _MATMUL,
+    "np.matmul": _MATMUL,
+    "@": _MATMUL,
+    "np.max": _extremum("np.max"),
+    "np.amax": _extremum("np.max"),
+    "np.min": _extremum("np.min"),
+    "np.amin": _extremum("np.min"),
+    "np.linalg.norm": ArrayRule(_norm_tangent, (_norm_transpose,)),
+    "np.outer": ArrayRule(_outer_tangent, (lambda args, g, ranks, axis: (g @ args[1], "exact"),
+                                           lambda args, g, ranks, axis: (np_.transpose(g) @ args[0], "exact"))),
+    "np.transpose": ArrayRule(lambda args, dargs, ranks, axis: np_.transpose(dargs[0]),
+                              (lambda args, g, ranks, axis: (np_.transpose(g), "exact"),)),
+    # what the rules above generate, so that their adjoints can be differentiated again
+    "np.expand_dims": ArrayRule(lambda args, dargs, ranks, axis: np_.expand_dims(dargs[0], args[1]),
+                                (lambda args, g, ranks, axis: (Call("np.sum", (g,), (("axis", args[1]),)), "exact"),)),
+}
+
+
+# ---- lookups ------------------------------------------------------------------------------------
+
+def is_elementwise(fn):
+    return fn in ELEMENTWISE
+
+
+def has_rule(fn):
+    return fn in ELEMENTWISE or fn in ARRAY_RULES or fn in NONDIFF
+
+
+def instantiate(expr, module):
+    """A rule's expression with `M.` calls bound to `module` ("math" or "np")."""
+    def bind(e):
+        if isinstance(e, Call) and e.fn.startswith("M."):
+            return Call(f"{module}.{e.fn[2:]}", e.args, e.keywords)
+        return e
+    return rebuild(expr, bind)
+
+
+def partials_of(node):
+    """(operands, partial rules) of a tree node: a BinOp, a UnaryOp or an elementwise call."""
+    if isinstance(node, BinOp):
+        if node.op == "**" and isinstance(node.right, Const) and isinstance(node.right.value, (int, float)):
+            return [node.left, node.right], (power_partial(node.right.value), None)
+        return [node.left, node.right], OPERATORS[node.op]
+    if isinstance(node, UnaryOp):
+        return [node.operand], OPERATORS["u" + node.op]
+    return list(node.args), ELEMENTWISE[node.fn]
+
+
+__all__ = ["ELEMENTWISE", "OPERATORS", "NONDIFF", "ARRAY_RULES", "ArrayRule", "elementwise", "is_elementwise",
+           "has_rule", "instantiate", "partials_of", "power_partial"]

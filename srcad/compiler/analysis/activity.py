@@ -1,0 +1,121 @@
+"""Which names carry derivatives: forward and backward activity.
+
+A name is *varied* when it is float-valued and computed, through
+differentiable operations, from an argument being differentiated; it is
+*useful* when an output depends on it through differentiable operations. Only
+names that are both (*active*) get adjoints: the reverse sweep spends nothing
+on values that feed no output, nor on values no argument changes. Integers
+and booleans are never active.
+
+Stores on `fn.facts["activity"]`: `active` (names), `varied`, `useful`, and
+`params` (the active parameters).
+"""
+from ..ad.rules import ARRAY_RULES, ELEMENTWISE, NONDIFF, OPERATORS, is_elementwise, partials_of
+from ..errors import TransformError, where
+from ..ir import Accumulate, Assign, BinOp, Call, Const, Name, Pop, Push, Store, UnaryOp
+from ..ir.forms import data_names, is_atom, is_tree
+from ..ir.visit import names_in, walk
+from .types import is_float
+
+
+def analyse_activity(fn, active_params):
+    """Compute activity for `fn` (typed) with the parameters `active_params` differentiated."""
+    active_params = [p for p in active_params if p in fn.params]
+    varied = _varied(fn, set(active_params))
+    useful = _useful(fn, varied)
+    fn.facts["activity"] = {"varied": varied, "useful": useful, "active": varied & useful,
+                            "params": active_params}
+    _refuse_maybe_none(fn, varied & useful)
+    return fn
+
+
+def differentiable_inputs(value):
+    """The atoms of an IR value through which derivatives flow (empty: none)."""
+    if is_atom(value):
+        return [value] if not isinstance(value, Const) else []
+    if is_tree(value, is_elementwise):
+        return _tree_inputs(value)
+    if isinstance(value, BinOp):
+        return [value.left, value.right] if value.op in OPERATORS or value.op == "@" else []
+    if isinstance(value, UnaryOp):
+        return [value.operand] if ("u" + value.op) in OPERATORS else []
+    if isinstance(value, Call):
+        if value.fn in NONDIFF or value.fn == "srcad.stop_gradient":
+            return []
+        if value.fn in ELEMENTWISE:
+            partials = ELEMENTWISE[value.fn]
+            return [a for a, p in zip(value.args, partials) if p is not None]
+        if value.fn in ARRAY_RULES:
+            return list(value.args[:len(ARRAY_RULES[value.fn].transposes)])
+        return list(value.args)       # no rule: refused by the reverse transform if it needs one
+    return []
+
+
+def _tree_inputs(tree):
+    """The leaves of a tree reached through differentiable operands."""
+    if is_atom(tree):
+        return [tree]
+    children, partials = partials_of(tree)
+    return [x for child, p in zip(children, partials) if p is not None for x in _tree_inputs(child)]
+
+
+def flows(s):
+    """(the name `s` writes, the atoms whose derivatives flow into it), or None."""
+    if isinstance(s, Assign):
+        return s.target, differentiable_inputs(s.value)
+    if isinstance(s, Store):
+        return s.array, differentiable_inputs(s.value)
+    if isinstance(s, Accumulate):
+        return data_names(s.target)[0], differentiable_inputs(s.value)
+    if isinstance(s, Push):
+        return s.stack, differentiable_inputs(s.value)
+    if isinstance(s, Pop):
+        return data_names(s.target)[0], [Name(s.stack)]
+    return None
+
+
+def _varied(fn, start):
+    varied = set(start)
+    changed = True
+    while changed:
+        changed = False
+        for s in walk(fn.body):
+            flow = flows(s)
+            if flow is None or flow[0] in varied or not is_float(fn.types.get(flow[0])):
+                continue
+            if any(n in varied for a in flow[1] for n in data_names(a)):
+                varied.add(flow[0])
+                changed = True
+    return varied
+
+
+def _useful(fn, varied):
+    useful = {n for out in fn.outputs for n in names_in(out) if n in varied}
+    changed = True
+    while changed:
+        changed = False
+        for s in walk(fn.body):
+            flow = flows(s)
+            if flow is None or flow[0] not in useful:
+                continue
+            for a in flow[1]:
+                for n in data_names(a):
+                    if n in varied and n not in useful:
+                        useful.add(n)
+                        changed = True
+    return useful
+
+
+def _refuse_maybe_none(fn, active):
+    for s in walk(fn.body):
+        if isinstance(s, Assign) and s.value == Const(None) and s.target in active:
+            raise TransformError(
+                f"{where(s.origin)}: `{s.origin.text}` makes `{s.target}` None on one path, while on another it "
+                f"carries a gradient; srcad cannot differentiate a value that may be None. Hint: give it an array "
+                f"of the same kind on every path (np.zeros(0) for an empty one), or compute it outside the "
+                f"differentiated call")
+
+
+def is_active(fn, atom):
+    """Does an atom of `fn` read an active name's value?"""
+    return any(n in fn.facts["activity"]["active"] for n in data_names(atom))

@@ -1,0 +1,160 @@
+"""Which names share memory, and the writes that would make a gradient wrong.
+
+After `inplace`, a name bound to a view of another array (`v = y[1:]`,
+`t = y.T`) still shares its memory. srcad differentiates a view as the
+values it held when it was taken, so a write into an array while a view of
+the written region is read afterwards is refused, naming the user's write,
+view and lines. Writes into an argument that needs a gradient are refused
+too (the caller's value would change behind the tape). Whether two regions
+can overlap is decided per write and per element range: constant, disjoint
+ranges along the first axis never do.
+
+Stores on `fn.facts["aliasing"]`: `groups` (name -> the names sharing its
+memory) and `written_params` (the parameters the function writes into).
+"""
+from numba.core import types as nt
+
+from ..errors import TransformError, problem, where
+from ..ir import Assign, Call, Const, For, Name, Slice, Store, Subscript, While
+from ..ir.visit import blocks, defines, names_in, reads, walk, written_array
+
+VIEW_CALLS = frozenset({"srcad.stop_gradient", "np.transpose", "np.asarray", "np.ravel", "np.reshape"})
+
+
+def analyse_aliasing(fn, active_params):
+    """Check `fn` (typed, in-place updates resolved) and store what was found; returns `fn`."""
+    groups = alias_groups(fn)
+    _check_writes(fn, groups, set(active_params))
+    stored = {written_array(s) for s in walk(fn.body)} - {None}
+    written = [p for p in fn.params if any(a == p or p in groups.get(a, ()) for a in stored)]
+    fn.facts["aliasing"] = {"groups": groups, "written_params": written}
+    return fn
+
+
+def view_source(fn, value):
+    """The array name whose memory `value` (an Assign's value) refers to, or None."""
+    if isinstance(value, Name):
+        src = value.id
+    elif isinstance(value, Subscript) and isinstance(value.base, Name):
+        src = value.base.id
+    elif isinstance(value, Call) and value.fn in VIEW_CALLS and value.args and isinstance(value.args[0], Name):
+        src = value.args[0].id
+    else:
+        return None
+    return src if isinstance(fn.types.get(src), nt.Array) else None
+
+
+def alias_groups(fn):
+    """name -> the set of names that may share its memory (arrays bound to each other or to views)."""
+    parent = {}
+
+    def find(n):
+        while parent.get(n, n) != n:
+            n = parent[n]
+        return n
+
+    moved = fn.facts.get("lower", {}).get("moved", set())
+    sources = {}
+    for s in walk(fn.body):
+        if isinstance(s, Assign) and isinstance(fn.types.get(s.target), nt.Array):
+            src = view_source(fn, s.value)
+            sources.setdefault(s.target, []).append(src if src not in moved else None)
+    for target, srcs in sources.items():
+        if all(srcs):   # a name rebound to a fresh array somewhere is not treated as an alias
+            for src in srcs:
+                parent[find(target)] = find(src)
+    groups = {}
+    for n in list(parent):
+        groups.setdefault(find(n), set()).update({n, find(n)})
+    return {n: g for g in groups.values() for n in g}
+
+
+def _check_writes(fn, groups, active_params):
+    defs = {}
+    for s in walk(fn.body):
+        if isinstance(s, Assign):
+            defs.setdefault(s.target, s)
+    outputs = {n for out in fn.outputs for n in names_in(out)}
+    for path in _paths(fn.body):
+        s = path[-1][0][path[-1][1]]
+        if not isinstance(s, Store):
+            continue
+        arr = s.array
+        if arr in active_params:
+            raise TransformError(f"{where(s.origin)}: `{s.origin.text}` writes into its input `{arr}` which needs a "
+                                 f"gradient; copy it first: {arr} = {arr}.copy()")
+        for other in sorted(groups.get(arr, {arr}) - {arr}):
+            if _disjoint(defs.get(other), s) or not _live_after(path, other, outputs):
+                continue
+            view = defs.get(other)
+            seen = f" (line {view.origin.line}: `{view.origin.text}`)" if view is not None else ""
+            raise problem(s.origin, f"`{s.origin.text}` writes into `{arr}` while `{other}`{seen}, which shares "
+                                    f"its memory, is read afterwards: srcad cannot differentiate that correctly",
+                          f"make `{other}` an independent array with .copy(), or finish reading it before the write")
+
+
+def _paths(stmts, prefix=()):
+    """Every statement's position: a tuple of (block, index) pairs from the top block down."""
+    for k, s in enumerate(stmts):
+        here = prefix + ((stmts, k),)
+        yield here
+        for block in blocks(s):
+            yield from _paths(block, here)
+
+
+def _scan(stmts, v):
+    """'read' if `v` is read in `stmts` before being rebound on every path, 'rebound' if it is
+    rebound first, None if neither."""
+    for s in stmts:
+        if v in reads(s):
+            return "read"
+        if blocks(s) and not isinstance(s, (For, While)):
+            a, b = (_scan(block, v) for block in blocks(s))
+            if "read" in (a, b):
+                return "read"
+            if a == b == "rebound":
+                return "rebound"
+        elif isinstance(s, (For, While)):
+            if _scan(s.body, v) == "read":
+                return "read"
+        elif v in defines(s):
+            return "rebound"
+    return None
+
+
+def _live_after(path, v, outputs):
+    """Is the binding `v` has at the statement at `path` read after that statement
+    (later in its block, in a later iteration of an enclosing loop, or as an output)?"""
+    for depth in range(len(path) - 1, -1, -1):
+        block, k = path[depth]
+        found = _scan(block[k + 1:], v)
+        if found is not None:
+            return found == "read"
+        if depth > 0 and isinstance(path[depth - 1][0][path[depth - 1][1]], (For, While)):
+            if _scan(block[:k + 1], v) == "read":
+                return True
+    return v in outputs
+
+
+def _interval(index):
+    """[lo, hi) along the first axis for a constant, non-negative index or slice; None otherwise."""
+    e = index[0]
+    if isinstance(e, Const) and type(e.value) is int and e.value >= 0:
+        return e.value, e.value + 1
+    if isinstance(e, Slice) and e.step is None:
+        lo = 0 if e.lower is None else e.lower.value if isinstance(e.lower, Const) else None
+        hi = float("inf") if e.upper is None else e.upper.value if isinstance(e.upper, Const) else None
+        if type(lo) is int and lo >= 0 and (hi == float("inf") or (type(hi) is int and hi >= 0)):
+            return lo, hi
+    return None
+
+
+def _disjoint(view_def, store):
+    """A view `v = a[...]` and a write `a[...] = ...` on constant, non-overlapping ranges of the first axis."""
+    if view_def is None or not isinstance(view_def.value, Subscript):
+        return False
+    base = view_def.value.base
+    if not (isinstance(base, Name) and base.id == store.array):
+        return False
+    a, b = _interval(view_def.value.index), _interval(store.index)
+    return a is not None and b is not None and (a[1] <= b[0] or b[1] <= a[0])

@@ -1,0 +1,86 @@
+"""Types of the IR's names, from Numba's own type inference of the printed primal.
+
+Numba types each SSA version of a variable (`x.1`, `x.2`); after `webs` every
+IR name holds one kind of value, so the versions unify into one type per name.
+Names Numba never typed (code it pruned as dead) get a boolean: the code is
+unreachable and any scalar type keeps it valid.
+"""
+from numba.core import types as nt
+
+from ..ir import Const, Name, Slice, Subscript, While
+from ..ir.visit import assigned, walk
+
+
+def assign_types(fn, typemap, arg_types):
+    """Store on `fn` the type of every name: `typemap` is Numba's SSA typemap of the printed primal."""
+    types = unify(typemap)
+    for p, t in zip(fn.params, arg_types):
+        types[p] = t
+    for n in assigned(fn.body):
+        types.setdefault(n, nt.boolean)
+    for s in walk(fn.body):
+        if isinstance(s, While):
+            types.setdefault(s.cond, nt.boolean)
+    fn.types = types
+    return fn
+
+
+def unify(typemap):
+    """IR name -> one Numba type, from Numba's SSA typemap."""
+    groups = {}
+    for key, ty in typemap.items():
+        if key.startswith("$") or key.startswith("arg."):
+            continue
+        groups.setdefault(key.split(".")[0], []).append(ty)
+    return {n: _unify(ts) for n, ts in groups.items()}
+
+
+def _unify(ts):
+    ts = [nt.unliteral(t.type if isinstance(t, nt.Optional) else t) for t in ts]
+    ts = [t for t in ts if not isinstance(t, (nt.NoneType, nt.Omitted))] or ts
+    arrays = [t for t in ts if isinstance(t, nt.Array)]
+    if arrays:
+        first = arrays[0]
+        if all(a == first for a in arrays):
+            return first
+        floats = [a.dtype for a in arrays if isinstance(a.dtype, nt.Float)]
+        dtype = max(floats, key=lambda d: d.bitwidth) if floats else first.dtype
+        return nt.Array(dtype, first.ndim, "A")
+    floats = [t for t in ts if isinstance(t, nt.Float)]
+    if floats:
+        return max(floats, key=lambda d: d.bitwidth)
+    ints = [t for t in ts if isinstance(t, nt.Integer)]
+    if ints:
+        return max(ints, key=lambda d: d.bitwidth)
+    return ts[0]
+
+
+def is_float(ty):
+    """Can values of this type carry a derivative (float scalars and float arrays)?"""
+    if isinstance(ty, nt.Array):
+        return isinstance(ty.dtype, nt.Float)
+    return isinstance(ty, nt.Float)
+
+
+def rank(ty):
+    return ty.ndim if isinstance(ty, nt.Array) else 0
+
+
+def type_of(fn, e):
+    """The type of an atom of `fn` (a name, an element or view, a constant), or None."""
+    if isinstance(e, Name):
+        return fn.types.get(e.id)
+    if isinstance(e, Subscript) and isinstance(e.base, Name):
+        base = fn.types.get(e.base.id)
+        if not isinstance(base, nt.Array):
+            if isinstance(base, nt.BaseTuple) and isinstance(e.index[0], Const):
+                return base.types[e.index[0].value] if hasattr(base, "types") else getattr(base, "dtype", None)
+            return None
+        new_axes = sum(1 for i in e.index if isinstance(i, Const) and i.value is None)
+        dropped = sum(1 for i in e.index if not isinstance(i, Slice)) - new_axes
+        nd = base.ndim - dropped + new_axes
+        return base.dtype if nd == 0 else nt.Array(base.dtype, nd, "A")
+    if isinstance(e, Const):
+        v = e.value
+        return nt.boolean if isinstance(v, bool) else nt.int64 if isinstance(v, int) else nt.float64
+    return None

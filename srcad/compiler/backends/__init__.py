@@ -1,0 +1,1 @@
+"""Targets: print IR as source, compile it, cache it."""

@@ -1,0 +1,327 @@
+"""The CPU target: stacks as NumPy buffers, IR printed as Python, compiled with `numba.njit`.
+
+`lower_stacks` turns the save constructs into this target's storage: a stack
+of scalars is a NumPy buffer and a top counter (room reserved before a for
+loop, grown by doubling in while loops), a stack of arrays a typed list.
+After it the IR is plain assignments, stores and calls, which `module_source`
+prints with a header of imports. `infer_types` runs Numba's type inference
+(only) on a printed function; `jit` compiles with Numba's on-disk cache and
+`load_cached` loads machine code from it cheaply.
+"""
+import contextlib
+import glob
+import os
+import stat
+from pathlib import Path
+
+import numba
+import numpy as np
+from numba.core import types as nt
+
+from ..ir import (Assign, BinOp, Call, Compare, Const, Effect, Global, If, Name, Pop, Push, Reserve, Store, Subscript,
+                  TypeRef)
+from ..ir.printer import Printer, Writer
+from ..ir.visit import all_blocks
+from .cache import _discard, import_source, warn_once
+
+HEADER = """import math
+import numpy as np
+import numba
+from numba import types
+from numba.typed import List
+from srcad.compiler.runtime import (grow, log_or_zero, power_slope, reciprocal_or_zero, stop_gradient, sum_into,
+                                    trip_count)
+"""
+
+
+# ---- stacks ---------------------------------------------------------------------------------------
+
+def lower_stacks(fn):
+    """Replace Push / Pop / Reserve in `fn` by buffer operations, in place; returns `fn`."""
+    for block in all_blocks(fn.body):
+        block[:] = [t for s in block for t in _lowered(fn, s)]
+    init = []
+    for name, stack in sorted(fn.stacks.items()):
+        if name not in fn.params:
+            init.append(Assign(name, _empty(stack.item)))
+        if stack.top not in fn.params:
+            init.append(Assign(stack.top, Const(0)))
+        fn.types.setdefault(stack.top, nt.intp)
+    fn.body[:0] = init
+    return fn
+
+
+def _is_list(item):
+    return isinstance(item, nt.Array)
+
+
+def _empty(item):
+    if _is_list(item):
+        return Call("List.empty_list", (TypeRef(item),))
+    return Call("np.empty", (Const(16), Global(f"np.{_dtype_name(item)}")))
+
+
+def _dtype_name(ty):
+    return "bool_" if isinstance(ty, nt.Boolean) else str(ty)
+
+
+def _lowered(fn, s):
+    if not isinstance(s, (Push, Pop, Reserve)):
+        return [s]
+    stack = fn.stacks[s.stack]
+    buf, top = Name(s.stack), Name(stack.top)
+    if isinstance(s, Reserve):
+        if _is_list(stack.item):
+            return []
+        need = BinOp("+", top, s.count)
+        return [If(Compare(">", need, Call("len", (buf,))), [Assign(s.stack, Call("grow", (buf, need)), s.origin)],
+                   [], s.origin)]
+    if isinstance(s, Push):
+        bump = Assign(stack.top, BinOp("+", top, Const(1)), s.origin)
+        if _is_list(stack.item):
+            return [Effect(Call(".append", (buf, s.value)), s.origin), bump]
+        room = []
+        if stack.checked:
+            room = [If(Compare("==", top, Call("len", (buf,))),
+                       [Assign(s.stack, Call("grow", (buf, BinOp("+", top, Const(1)))), s.origin)], [], s.origin)]
+        return room + [Store(s.stack, (top,), s.value, s.origin), bump]
+    drop = Assign(stack.top, BinOp("-", top, Const(1)), s.origin)
+    value = Subscript(buf, (top,))
+    if isinstance(s.target, Name):
+        return [drop, Assign(s.target.id, value, s.origin)]
+    return [drop, Store(s.target.base.id, s.target.index, value, s.origin)]
+
+
+# ---- printing ---------------------------------------------------------------------------------------
+
+class _TypeNames:
+    """Module-level aliases for the Numba types generated code names (typed-list items)."""
+
+    def __init__(self, prefix):
+        self.prefix = prefix
+        self.names = {}
+
+    def __call__(self, ty):
+        key = _type_source(ty)
+        if key not in self.names:
+            self.names[key] = f"{self.prefix}_{len(self.names)}"
+        return self.names[key]
+
+    def definitions(self):
+        return "".join(f"{name} = {key}\n" for key, name in self.names.items())
+
+
+def _type_source(ty):
+    dtype = "boolean" if isinstance(ty.dtype, nt.Boolean) else str(ty.dtype)
+    return f'types.Array(types.{dtype}, {ty.ndim}, "{ty.layout}")'
+
+
+def function_source(fn, prefix):
+    """One generated function's text, as `ad.show_source` shows it."""
+    return Printer(fn.types, _TypeNames(f"T_{prefix}")).function(fn).text()
+
+
+def module_source(functions, prefix):
+    """(module text, origins per line) of the functions, after the header; `prefix` names type aliases."""
+    type_names = _TypeNames(f"T_{prefix}")
+    body = Writer()
+    for fn in functions:
+        Printer(fn.types, type_names).function(fn, body)
+        body.line(0, "")
+        body.line(0, "")
+    head = HEADER + type_names.definitions() + "\n\n"
+    origins = [None] * head.count("\n") + body.origins
+    return head + body.text().rstrip("\n") + "\n", origins
+
+
+# ---- compiling ---------------------------------------------------------------------------------------
+
+def jit(function, boundscheck=False):
+    # no_cfunc_wrapper: the C-callable wrapper Numba builds by default (for
+    # first-class function values) is never used for generated code, and for a
+    # forward that returns a large `saved` tuple it is a fifth of the LLVM IR.
+    # error_model="numpy": x / 0, log(0), the adjoint of sqrt at 0 give inf and
+    # nan, as the eager tape and NumPy do, instead of raising ZeroDivisionError.
+    return numba.njit(cache=True, no_cfunc_wrapper=True, error_model="numpy",
+                      boundscheck=boundscheck)(function)
+
+
+def load_cached(dispatcher, args):
+    """Load `dispatcher`'s overload for `args` from Numba's disk cache, without
+    initialising the whole CPU target first.
+
+    Numba's own cache load (Dispatcher.compile) starts with
+    ``targetctx.refresh()``, which imports every typing and lowering registry
+    (scipy.linalg included): ~0.3 s in a fresh process, though nothing that is
+    loaded from the cache needs them. This mirrors the cache-hit branch of
+    Dispatcher.compile minus that refresh; any later compile refreshes as
+    usual. Returns True when the overload is there afterwards; False on a cache
+    miss or anything unexpected, and the caller then simply calls the dispatcher.
+
+    Numba unpickles its index and data files, and a truncated one makes every
+    later compile fail: files not the user's own are discarded first, and an
+    entry that cannot be loaded (even with the full refresh) is discarded with
+    a warning and compiled again.
+    """
+    from numba.core.compiler_lock import global_compiler_lock
+    from numba.core.runtime import rtsys
+
+    with global_compiler_lock:
+        try:
+            sig = tuple(dispatcher.typeof_pyval(a) for a in args)
+        except Exception:
+            return False
+        if sig in dispatcher.overloads:
+            return True
+        cache = getattr(dispatcher, "_cache", None)
+        index = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
+        if index is None:
+            return False
+        _check_numba_files(index)
+        ctx = dispatcher.targetctx
+        try:
+            rtsys.initialize(ctx)
+            cres = cache._load_overload(sig, ctx)
+        except Exception:
+            try:
+                cres = cache.load_overload(sig, ctx)      # with Numba's refresh
+            except Exception as exc:
+                _discard_numba_entry(index, exc)
+                return False
+        if cres is None or cres.objectmode:
+            return False
+        try:
+            ctx.insert_user_function(cres.entry_point, cres.fndesc, [cres.library])
+            dispatcher.add_overload(cres)
+            dispatcher._cache_hits[sig] += 1
+        except Exception:
+            return False
+        return True
+
+
+def _numba_files(index):
+    """Numba's index file of one function and its data files (<base>.nbi, <base>.<n>.nbc)."""
+    base = index[:-len(".nbi")] if index.endswith(".nbi") else index
+    return glob.glob(glob.escape(base) + ".*")
+
+
+def _check_numba_files(index):
+    for path in _numba_files(index):
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISLNK(st.st_mode) or st.st_uid != os.getuid():
+            _discard(path, "a symlink" if stat.S_ISLNK(st.st_mode) else
+                     f"owned by uid {st.st_uid}, not by you (uid {os.getuid()})")
+
+
+def _discard_numba_entry(index, exc):
+    warn_once(("numba", index), f"srcad: discarded Numba's cache of {Path(index).name} in {Path(index).parent} "
+                                f"(it cannot be loaded: {type(exc).__name__}: {exc}); compiling it again.")
+    for path in _numba_files(index):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+class Typed:
+    """What type inference alone gives: Numba's SSA typemap and the return type."""
+
+    def __init__(self, typemap, return_type):
+        self.typemap = typemap
+        self.return_type = return_type
+
+
+_TYPE_ONLY = None
+
+
+def _type_only_compiler():
+    """A Numba compiler class whose pipeline stops after type inference: no
+    lowering, no LLVM (the types of the primal are all the transform needs)."""
+    global _TYPE_ONLY
+    if _TYPE_ONLY is not None:
+        return _TYPE_ONLY
+    from numba.core.compiler import CompilerBase, DefaultPassBuilder
+    from numba.core.compiler_machinery import FunctionPass, PassManager, register_pass
+    from numba.core.typed_passes import NopythonTypeInference
+
+    @register_pass(mutates_CFG=False, analysis_only=True)
+    class StopAfterTyping(FunctionPass):
+        _name = "srcad_stop_after_typing"
+
+        def __init__(self):
+            FunctionPass.__init__(self)
+
+        def run_pass(self, state):
+            state.cr = Typed(state.typemap, state.return_type)
+            return False
+
+    class TypeOnly(CompilerBase):
+        def define_pipelines(self):
+            pm = PassManager("srcad_type_only")
+            pm.passes.extend(DefaultPassBuilder.define_untyped_pipeline(self.state).passes)
+            pm.add_pass(NopythonTypeInference, "nopython frontend")
+            pm.add_pass(StopAfterTyping, "stop after typing")
+            pm.finalize()
+            return [pm]
+
+    _TYPE_ONLY = TypeOnly
+    return TypeOnly
+
+
+def infer_types(dispatcher, arg_types):
+    """Run Numba's frontend and type inference (only) of a `jit` dispatcher's
+    Python function for `arg_types`; returns a `Typed`. Typing errors are
+    Numba's, as from a compile."""
+    from numba.core import compiler
+    from numba.core.compiler_lock import global_compiler_lock
+
+    flags = compiler.Flags()
+    dispatcher.targetdescr.options.parse_as_flags(flags, dispatcher.targetoptions)
+    with global_compiler_lock:
+        return compiler.compile_extra(dispatcher.targetdescr.typing_context, dispatcher.targetdescr.target_context,
+                                      dispatcher.py_func, args=tuple(arg_types), return_type=None, flags=flags,
+                                      locals=dispatcher.locals, pipeline_class=_type_only_compiler())
+
+
+
+def import_jit(path, source, name, boundscheck=False):
+    """Function `name` of the generated module `source` (at `path`), as a Numba dispatcher."""
+    return jit(getattr(import_source(path, source), name), boundscheck)
+
+
+def primal_types(dispatcher, arg_types, compile_it):
+    """Numba's typing of the primal. With `compile_it` (no gradient wanted: the caller is about to run
+    the primal) compile it and read the types off the compile; otherwise type inference alone."""
+    if compile_it:
+        dispatcher.compile(tuple(arg_types))
+    overload = dispatcher.overloads.get(tuple(arg_types))
+    if overload is not None and hasattr(overload.type_annotation, "typemap"):
+        return Typed(overload.type_annotation.typemap, overload.signature.return_type)
+    return infer_types(dispatcher, arg_types)      # not compiled, or loaded from Numba's cache (no typemap)
+
+
+def output_types(return_type, returns_tuple):
+    if returns_tuple and isinstance(return_type, nt.BaseTuple):
+        return list(return_type.types)
+    return [return_type]
+
+
+# ---- the forward's stacks, handed in and kept from call to call -------------------------------------
+
+def buffer_dtype(stack):
+    return _dtype_name(stack.item)
+
+
+def new_buffer(dtype):
+    return np.empty(16, dtype)
+
+
+def workspace_slots(forward):
+    """Where each workspace stack's final buffer sits in the forward's `saved`."""
+    saved = forward.facts["reverse"]["saved"]
+    return [saved.index(w) for w in forward.workspace]
+
+
+def workspace_of(saved, slots):
+    return tuple(saved[i] for i in slots)

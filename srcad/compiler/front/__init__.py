@@ -1,0 +1,1 @@
+"""From Python source to IR: parsing, name resolution, the fence, lowering and inlining."""

@@ -1,0 +1,1 @@
+"""Clean-ups on generated IR."""

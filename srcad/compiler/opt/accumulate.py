@@ -1,0 +1,88 @@
+"""Loop-invariant adjoint accumulations go through a local, not through memory.
+
+In a reverse loop such as
+
+    for row in range(d - 1, col, -1):
+        d_icf[k, idx] += d_t5 * xc[col]
+        d_xc[col] += d_t5 * icf[k, idx]
+
+`d_xc[col]` is the same element on every iteration, but Numba cannot prove
+that the stores into `d_icf` leave it alone, so it loads and stores it each
+time. Summing into a local and adding the sum once after the loop keeps the
+accumulation in a register:
+
+    d_xc_sum = 0.0
+    for row in ...:
+        ...
+        d_xc_sum += d_t5 * icf[k, idx]
+    if d_xc_sum != 0.0:          # the loop ran: its index is valid
+        d_xc[col] += d_xc_sum
+
+An accumulation qualifies when it sits directly in a for loop's body, adds
+into one element (an index per axis), its index names are not bound in that
+body, and its array appears nowhere else in the body.
+"""
+from numba.core import types as nt
+
+from ..ir import Accumulate, Assign, Compare, Const, For, If, Name, Slice, Subscript
+from ..ir.visit import assigned, blocks, names_in, own_exprs, walk, written_array
+
+
+def sum_invariant_accumulations(fn):
+    """Rewrite, in place, every for loop of `fn` (innermost first); returns `fn`."""
+    _block(fn, fn.body)
+    return fn
+
+
+def _block(fn, stmts):
+    k = 0
+    while k < len(stmts):
+        s = stmts[k]
+        for b in blocks(s):
+            _block(fn, b)
+        if isinstance(s, For):
+            before, after = _hoist(fn, s)
+            stmts[k:k + 1] = before + [s] + after
+            k += len(before) + len(after)
+        k += 1
+
+
+def _hoist(fn, loop):
+    bound = assigned(loop.body) | {loop.var}
+    before, after = [], []
+    for k, s in enumerate(loop.body):
+        element = _element(fn, s)
+        if element is None:
+            continue
+        array, index = element
+        if set().union(*(names_in(i) for i in index)) & bound or array in names_in(s.value) \
+                or _used_elsewhere(loop.body, s, array):
+            continue
+        total = fn.names.fresh(f"{array}_sum")
+        fn.types[total] = nt.float64
+        loop.body[k] = Accumulate(Name(total), s.value, origin=s.origin)
+        before.append(Assign(total, Const(0.0)))
+        after.append(If(Compare("!=", Name(total), Const(0.0)),
+                        [Accumulate(Subscript(Name(array), index), Name(total), origin=s.origin)]))
+    return before, after
+
+
+def _element(fn, s):
+    """(array, index) of `array[index] += value` adding into one element, else None."""
+    if not isinstance(s, Accumulate) or s.reduce or not isinstance(s.target, Subscript):
+        return None
+    base = s.target.base
+    ty = fn.types.get(base.id) if isinstance(base, Name) else None
+    index = s.target.index
+    if not isinstance(ty, nt.Array) or len(index) != ty.ndim or any(isinstance(i, Slice) for i in index):
+        return None
+    return base.id, index
+
+
+def _used_elsewhere(body, s, array):
+    for t in walk(body):
+        if t is s:
+            continue
+        if written_array(t) == array or any(array in names_in(e) for e in own_exprs(t)):
+            return True
+    return False

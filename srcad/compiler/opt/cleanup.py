@@ -1,0 +1,272 @@
+"""Clean-ups on IR: what generated code computes and nobody reads goes.
+
+* `coalesce_copies`: `t = e; k = t` with `t` a temporary read once becomes
+  `k = e` (an inlined helper's results bound to the caller's names).
+* `fold_constants`: operators on constants are computed.
+* `first_accumulations`: `d = 0.0` then `d += e` becomes `d = e`.
+* `eliminate_dead_code`: assignments whose value is never read (liveness over
+  the structured IR, loops to a fixed point), and stacks whose restored values
+  are never read, with all their saves.
+* `drop_unread_saved`: entries of `saved` the adjoint never reads leave both
+  functions (the forward then stops computing what only they needed).
+
+Stores into arrays stay: an array may be a view of another.
+"""
+from ..front.lower import folded
+from ..ir import Accumulate, Assign, BinOp, Compare, Const, For, If, Name, Pop, Push, Reserve, Tuple, UnaryOp, While
+from ..ir.visit import all_blocks, map_exprs, names_in, rebuild, reads, walk
+
+
+# ---- liveness -----------------------------------------------------------------------------------
+
+def _gen(s):
+    """Names `s` itself reads (a Pop reads its stack; an Accumulate reads what it adds to)."""
+    out = set(reads(s))
+    if isinstance(s, (Push, Pop, Reserve)):
+        out.add(s.stack)
+    if isinstance(s, Accumulate):
+        out |= names_in(s.target)
+    return out
+
+
+def _kill(s):
+    if isinstance(s, Assign):
+        return {s.target}
+    if isinstance(s, Pop) and isinstance(s.target, Name):
+        return {s.target.id}
+    return set()
+
+
+def live_in(stmts, live_out, marks=None):
+    """Names `stmts` read before binding them, given the names live after them. With `marks` (a dict),
+    record for each statement the names live just after it."""
+    live = set(live_out)
+    for s in reversed(stmts):
+        live = _live_before(s, live, marks)
+    return live
+
+
+def _live_before(s, live, marks):
+    if marks is not None:
+        marks[id(s)] = frozenset(live)
+    if isinstance(s, If):
+        return live_in(s.body, live, marks) | live_in(s.orelse, live, marks) | names_in(s.cond)
+    if isinstance(s, For):
+        head = set(live)
+        while True:
+            new = set(live) | (live_in(s.body, head, marks) - {s.var})
+            if new <= head:
+                break
+            head |= new
+        return head | _gen(s)
+    if isinstance(s, While):
+        head = set(live) | {s.cond}
+        while True:
+            new = head | live_in(s.body, head, marks)
+            if new <= head:
+                break
+            head = new
+        return head
+    return (live - _kill(s)) | _gen(s)
+
+
+# ---- dead code ----------------------------------------------------------------------------------
+
+def eliminate_dead_code(fn, live_out=None):
+    """Remove, in place, assignments nobody reads and stacks whose restores nobody reads."""
+    outputs = set().union(*(names_in(o) for o in fn.outputs)) if live_out is None else set(live_out)
+    while True:
+        marks = {}
+        live_in(fn.body, outputs, marks)
+        dead_stacks = _dead_stacks(fn, marks)
+        changed = False
+        for block in all_blocks(fn.body):
+            kept = [s for s in block if not _dead(s, marks, dead_stacks)]
+            kept = [s for s in kept if not (isinstance(s, (For, While, If)) and _empty(s))]
+            if len(kept) != len(block):
+                block[:] = kept
+                changed = True
+        for stack in dead_stacks:
+            fn.stacks.pop(stack, None)
+        if not changed:
+            return fn
+
+
+def _dead(s, marks, dead_stacks):
+    after = marks.get(id(s), frozenset())
+    if isinstance(s, Assign):
+        return s.target not in after
+    if isinstance(s, Accumulate) and isinstance(s.target, Name):
+        return s.target.id not in after
+    if isinstance(s, (Push, Pop, Reserve)):
+        return s.stack in dead_stacks
+    return False
+
+
+def _empty(s):
+    if isinstance(s, If):
+        return not s.body and not s.orelse
+    return not s.body
+
+
+def _dead_stacks(fn, marks):
+    """Stacks of `fn` that `fn` does not hand on and whose every pop restores a value nobody reads
+    afterwards: their pushes and pops can all go."""
+    handed_on = set().union(*(names_in(o) for o in fn.outputs))
+    used = set()
+    referenced = set()
+    for s in walk(fn.body):
+        if isinstance(s, (Push, Pop, Reserve)):
+            referenced.add(s.stack)
+        if isinstance(s, Pop):
+            target = s.target.id if isinstance(s.target, Name) else s.target.base.id
+            if target in marks.get(id(s), frozenset()):
+                used.add(s.stack)
+    return (set(fn.stacks) | referenced) - handed_on - used
+
+
+# ---- saved entries ------------------------------------------------------------------------------
+
+def drop_unread_saved(forward, adjoint):
+    """Remove from both functions the entries of `saved` the adjoint never reads; returns the
+    names of the entries left."""
+    saved = adjoint.facts["reverse"]["saved"]
+    read = live_in(adjoint.body, set().union(*(names_in(o) for o in adjoint.outputs)))
+    stacks = adjoint.facts["reverse"]["forward_stacks"]
+    tops = {s.top: name for name, s in stacks.items()}
+    keep = [n for n in saved if n in read or (n in tops and tops[n] in read)]
+    adjoint.params = [p for p in adjoint.params if p not in saved or p in keep]
+    forward.outputs[1] = Tuple(tuple(Name(n) for n in keep))
+    for name in set(stacks) - set(keep):
+        forward.stacks.pop(name, None)
+        adjoint.stacks.pop(name, None)
+    forward.workspace = [w for w in forward.workspace if w in keep]
+    forward.params = [p for p in forward.params if p not in stacks or p in keep]
+    forward.facts["reverse"]["saved"] = adjoint.facts["reverse"]["saved"] = keep
+    eliminate_dead_code(forward, set().union(*(names_in(o) for o in forward.outputs)) | set(forward.stacks))
+    return keep
+
+
+# ---- copies and constants -----------------------------------------------------------------------
+
+def coalesce_copies(fn):
+    """`t = e ... k = t` with `t` a compiler temporary read only there, `k` neither read nor bound in
+    between: bind `k = e` directly."""
+    uses = {}
+    for s in walk(fn.body):
+        for n in reads(s):
+            uses[n] = uses.get(n, 0) + 1
+    for n in set().union(*(names_in(o) for o in fn.outputs)):
+        uses[n] = uses.get(n, 0) + 1
+    defs = {}
+    for s in walk(fn.body):
+        if isinstance(s, Assign):
+            defs[s.target] = defs.get(s.target, 0) + 1
+    for block in all_blocks(fn.body):
+        k = 0
+        while k < len(block):
+            s = block[k]
+            if isinstance(s, Assign) and isinstance(s.value, Name) and s.value.id in fn.names.made \
+                    and uses.get(s.value.id) == 1 and defs.get(s.value.id) == 1 and not s.inplace:
+                j = _definition_before(block, k, s.value.id, s.target)
+                if j is not None:
+                    block[j].target = s.target
+                    del block[k]
+                    continue
+            k += 1
+    return fn
+
+
+def _definition_before(block, k, temp, target):
+    """Index of `temp = ...` earlier in `block` with nothing in between reading or binding `target`."""
+    for j in range(k - 1, -1, -1):
+        t = block[j]
+        if isinstance(t, Assign) and t.target == temp:
+            return j if target not in names_in(t.value) else None
+        if any(target in reads(u) or target in _kill(u) for u in walk([t])):
+            return None
+    return None
+
+
+def fold_constants(fn):
+    """Operators on constants computed, in place."""
+    def fold(e):
+        return folded(e) if isinstance(e, (BinOp, UnaryOp, Compare)) else e
+    for s in walk(fn.body):
+        map_exprs(s, lambda e: rebuild(e, fold))
+    return fn
+
+
+def first_accumulations(fn):
+    """`d += e` where `d` is known to be zero becomes `d = e`: the adjoint of a value's first use is a
+    copy, not an addition. Zero is known along every path (a must-analysis over the structured IR,
+    loops to a fixed point), so an adjoint zeroed at the end of each iteration is written, not added
+    to, at the top of the next; the zeroing and the initial zero then go as dead code."""
+    scalars = {n for n, t in fn.types.items() if not hasattr(t, "ndim")}
+    _zeros_through(fn.body, frozenset(), scalars, rewrite=True)
+    return fn
+
+
+def _zeros_through(stmts, zero, scalars, rewrite):
+    """The names known to be zero after `stmts`, given those before; with `rewrite`, rewrite in place."""
+    for k, s in enumerate(stmts):
+        if isinstance(s, If):
+            zero = _zeros_through(s.body, zero, scalars, rewrite) & _zeros_through(s.orelse, zero, scalars, rewrite)
+        elif isinstance(s, (For, While)):
+            head = zero
+            while True:
+                after = _zeros_through(s.body, head, scalars, False)
+                new = head & after
+                if new == head:
+                    break
+                head = new
+            _zeros_through(s.body, head, scalars, rewrite)
+            zero = head - ({s.var} if isinstance(s, For) else set())
+        else:
+            if rewrite and isinstance(s, Accumulate) and isinstance(s.target, Name) and s.target.id in zero \
+                    and not s.reduce and s.target.id not in names_in(s.value):
+                stmts[k] = s = Assign(s.target.id, s.value, s.origin)
+            zero = zero - _kill(s) - (names_in(s.target) if isinstance(s, Accumulate) else set())
+            if isinstance(s, Assign) and s.target in scalars and s.value in (Const(0.0), Const(0)) \
+                    and s.value.value is not False:
+                zero = zero | {s.target}
+    return zero
+
+
+def drop_restores_of_unchanged(fn):
+    """`k = v ... v = k` with `v` not rebound in between (a save around code that is gone): the
+    restore goes, and the save with it when nothing else reads `k`."""
+    for block in all_blocks(fn.body):
+        k = 0
+        while k < len(block):
+            s = block[k]
+            if isinstance(s, Assign) and isinstance(s.value, Name):
+                j = _unchanged_since_saved(block, k, s.target, s.value.id)
+                if j is not None:
+                    del block[k]
+                    continue
+            k += 1
+    return fn
+
+
+def _unchanged_since_saved(block, k, v, keep):
+    for j in range(k - 1, -1, -1):
+        t = block[j]
+        if isinstance(t, Assign) and t.target == keep:
+            return j if t.value == Name(v) else None
+        if any(v in _kill(u) or keep in _kill(u) for u in walk([t])):
+            return None
+    return None
+
+
+def simplify(fn):
+    """`a + -b` is `a - b`, `--a` is `a`: as a person would write the generated formulas."""
+    def tidy(e):
+        if isinstance(e, BinOp) and e.op == "+" and isinstance(e.right, UnaryOp) and e.right.op == "-":
+            return BinOp("-", e.left, e.right.operand)
+        if isinstance(e, UnaryOp) and e.op == "-" and isinstance(e.operand, UnaryOp) and e.operand.op == "-":
+            return e.operand.operand
+        return e
+    for s in walk(fn.body):
+        map_exprs(s, lambda e: rebuild(e, tidy))
+    return fn

@@ -1,0 +1,456 @@
+"""The compiler's passes, in order, in one place; `transform` runs them and compiles the result.
+
+    source --lower--> primal IR --webs, coalesce--> (cache key) --types--> typed primal
+      --inplace, aliasing, activity--> facts --reverse--> forward, adjoint
+      --cleanup, accumulate--> --lower_stacks--> printed and compiled by Numba
+
+Every pass takes the `Program` (the IR functions made so far) and returns it.
+`run(pyfunc, arg_types, active, until=name)` stops after any pass and
+`dump(program)` prints what is there: that is how tests and `ad.show_source`
+look at the IR between passes.
+"""
+import threading
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from numba.core import errors as nb_errors
+
+from .ad.reverse import reverse
+from .analysis.activity import analyse_activity
+from .analysis.aliasing import analyse_aliasing
+from .analysis.inplace import resolve_inplace
+from .analysis.types import assign_types, is_float
+from .analysis.webs import split_webs
+from .backends import cache
+from .backends import numba_cpu as cpu
+from .errors import TransformError, from_numba
+from .front.flatten import flatten
+from .front.lower import lower
+from .front.parse import load
+from .ir.printer import function_text
+from .ir.visit import clone
+from .opt.accumulate import sum_invariant_accumulations
+from .opt.cleanup import (coalesce_copies, drop_restores_of_unchanged, drop_unread_saved, eliminate_dead_code,
+                          first_accumulations, fold_constants, simplify)
+
+_NUMBA_ERRORS = (nb_errors.TypingError, nb_errors.UnsupportedError, nb_errors.LoweringError)
+
+
+@dataclass
+class Program:
+    """What one transform has made so far: the primal, then the forward and the adjoint."""
+    primal: object
+    forward: object = None
+    adjoint: object = None
+    arg_types: tuple = ()
+    active: tuple = ()
+    typed: object = None                 # Numba's typing of the primal (set by the driver before `types`)
+    notes: dict = field(default_factory=dict)
+
+    def functions(self):
+        return [f for f in (self.primal, self.forward, self.adjoint) if f is not None]
+
+
+# ---- the passes ---------------------------------------------------------------------------------
+
+def _lower(program):
+    return program                       # `run` starts from `lower(load(pyfunc))`
+
+
+def _webs(program):
+    split_webs(program.primal)
+    return program
+
+
+def _coalesce(program):
+    coalesce_copies(program.primal)
+    return program
+
+
+def _types(program):
+    assign_types(program.primal, program.typed.typemap, program.arg_types)
+    return program
+
+
+def _inplace(program):
+    resolve_inplace(program.primal)
+    return program
+
+
+def _aliasing(program):
+    fn = program.primal
+    analyse_aliasing(fn, [p for p, a in zip(fn.params, program.active) if a])
+    return program
+
+
+def _activity(program):
+    fn = program.primal
+    analyse_activity(fn, [p for p, a in zip(fn.params, program.active) if a])
+    return program
+
+
+def _reverse(program):
+    program.forward, program.adjoint = reverse(program.primal)
+    return program
+
+
+def _cleanup(program):
+    forward, adjoint = program.forward, program.adjoint
+    for fn in (forward, adjoint):
+        fold_constants(fn)
+        simplify(fn)
+    first_accumulations(adjoint)
+    eliminate_dead_code(adjoint)
+    drop_restores_of_unchanged(adjoint)
+    eliminate_dead_code(adjoint)
+    drop_unread_saved(forward, adjoint)
+    eliminate_dead_code(adjoint)
+    return program
+
+
+def _accumulate(program):
+    sum_invariant_accumulations(program.adjoint)
+    return program
+
+
+def _lower_stacks(program):
+    for fn in (program.forward, program.adjoint):
+        cpu.lower_stacks(fn)
+    return program
+
+
+PASSES = [
+    ("lower", _lower),
+    ("webs", _webs),
+    ("coalesce", _coalesce),
+    ("types", _types),
+    ("inplace", _inplace),
+    ("aliasing", _aliasing),
+    ("activity", _activity),
+    ("reverse", _reverse),
+    ("cleanup", _cleanup),
+    ("accumulate", _accumulate),
+    ("lower_stacks", _lower_stacks),
+]
+_FRONT = ("lower", "webs", "coalesce")       # enough for the cache key: run on every compile
+PASS_NAMES = [name for name, _ in PASSES]
+
+
+def front(pyfunc, arg_types, active):
+    """The Program after the front passes (no typing: nothing of Numba's runs)."""
+    program = Program(lower(load(pyfunc)), arg_types=tuple(arg_types), active=tuple(bool(a) for a in active))
+    _check_arguments(program.primal, program.arg_types, program.active)
+    for name, step in PASSES:
+        if name in _FRONT:
+            program = step(program)
+    return program
+
+
+def finish(program, until=None):
+    """Run the passes after the front ones (up to and including `until`) on a Program whose `typed` is set."""
+    for name, step in PASSES:
+        if name in _FRONT:
+            continue
+        program = step(program)
+        if name == until:
+            break
+    return program
+
+
+def run(pyfunc, arg_types, active, until=None):
+    """The Program after pass `until` (default: all of them), for inspection: `dump(run(...))`."""
+    if until is not None and until not in PASS_NAMES:
+        raise ValueError(f"no pass named {until!r}; the passes are {', '.join(PASS_NAMES)}")
+    program = front(pyfunc, arg_types, active)
+    if until in _FRONT:
+        return program
+    primal_src, origins = cpu.module_source([program.primal], program.primal.name)
+    path = cache.cache_dir() / f"{program.primal.name}_{cache.content_hash(primal_src)[:20]}_inspect.py"
+    cache.write_module(path, primal_src)
+    program.typed = _typing(cpu.import_jit(path, primal_src, program.primal.name), program, path, origins)
+    return finish(program, until)
+
+
+def transform_function(fn, arg_types, active):
+    """Differentiate an IR Function (generated code, say `ad.vjp.vjp_function` of an earlier
+    transform) the way `transform` differentiates Python: its types come from Numba's inference on
+    its printed, stack-lowered copy; then the passes from `inplace` on. Returns a `Transformed`."""
+    fn = flatten(copy_function(fn))
+    program = Program(fn, arg_types=tuple(arg_types), active=tuple(bool(a) for a in active))
+    _check_arguments(fn, program.arg_types, program.active)
+    typed_copy = cpu.lower_stacks(copy_function(fn))
+    src, origins = cpu.module_source([typed_copy], fn.name)
+    root = cache.cache_dir()
+    path = root / f"{fn.name}_{cache.content_hash(src)[:20]}_ir.py"
+    cache.write_module(path, src)
+    dispatcher = cpu.import_jit(path, src, fn.name)
+    program.typed = _typing(dispatcher, program, path, origins)
+    assign_types(fn, program.typed.typemap, program.arg_types)
+    for name, step in PASSES:
+        if PASS_NAMES.index(name) > PASS_NAMES.index("types"):
+            program = step(program)
+    module_src, origins = cpu.module_source([program.forward, program.adjoint], fn.name)
+    module_path = root / f"{fn.name}_{cache.content_hash(module_src)[:20]}.py"
+    cache.write_module(module_path, module_src)
+    forward, adjoint = _load(module_path, module_src, origins, fn.name, False)
+    primal = Checked(dispatcher, path, origins, fn.name)
+    t = Transformed(fn.name, primal, forward, adjoint,
+                    {"primal": _source_of(src), "forward": cpu.function_source(program.forward, fn.name),
+                     "adjoint": cpu.function_source(program.adjoint, fn.name)},
+                    program.primal.returns_tuple, len(program.primal.outputs), program.active,
+                    program.primal.facts["aliasing"]["written_params"],
+                    [cpu.buffer_dtype(program.forward.stacks[w]) for w in program.forward.workspace])
+    t._workspace_slots = tuple(cpu.workspace_slots(program.forward))
+    return t
+
+
+def copy_function(fn):
+    """A copy of `fn` that passes may change freely (statements copied, expressions shared)."""
+    return replace(fn, params=list(fn.params), body=clone(fn.body), outputs=list(fn.outputs), types=dict(fn.types),
+                   stacks=dict(fn.stacks), facts={}, workspace=list(fn.workspace))
+
+
+def dump(program):
+    """The text of every function in `program`."""
+    return "\n".join(function_text(fn) for fn in program.functions())
+
+
+def _check_arguments(fn, arg_types, active):
+    if len(arg_types) != len(fn.params) or len(active) != len(fn.params):
+        raise TypeError(f"{fn.name} takes {len(fn.params)} arguments ({', '.join(fn.params)}); "
+                        f"got {len(arg_types)} types and {len(active)} activity flags")
+    for p, t, a in zip(fn.params, arg_types, active):
+        if a and not is_float(t):
+            raise TypeError(f"argument `{p}` of {fn.name} has type {t}; only float scalars and float "
+                            "arrays can be differentiated")
+
+
+def _typing(dispatcher, program, path, origins, compile_it=False):
+    try:
+        return cpu.primal_types(dispatcher, program.arg_types, compile_it)
+    except _NUMBA_ERRORS + (NameError,) as exc:
+        raise from_numba(exc, path, origins, program.primal.name) from None
+
+
+# ---- compiling and caching ----------------------------------------------------------------------
+
+class Transformed:
+    """The compiled primal, forward and adjoint of one function for one signature.
+
+    * ``primal(*args)`` returns exactly what the user function returns (compiled on first use).
+    * ``forward(*args)`` returns ``(outputs, saved)``: ``outputs`` as from ``primal``, ``saved`` an
+      opaque tuple for the adjoint. Its stacks come from buffers of earlier calls given back by
+      ``release(saved)`` (so repeated gradients do not allocate their saves afresh).
+    * ``adjoint(*args, saved, d_out)`` returns one gradient per *active* argument, in argument order;
+      ``d_out`` has the structure of the outputs (one float or array, or a tuple). Gradients have the
+      argument's shape and dtype (float32 scalars: float32). It leaves ``saved`` as it was, so it may
+      run more than once (persistent tapes).
+
+    ``returns_tuple``, ``n_outputs`` and ``output_types`` describe the outputs; ``source(kind)`` gives
+    the generated code of "primal", "forward" or "adjoint"; ``written_params`` names the parameters the
+    function writes into (an argument sharing memory with one of them is refused by the caller).
+    """
+
+    def __init__(self, name, primal, forward, adjoint, sources, returns_tuple, n_outputs, active,
+                 written_params=(), workspace=(), output_types=None):
+        self.name = name
+        self.primal = primal
+        self._forward, self._adjoint = forward, adjoint
+        self.sources = sources
+        self.returns_tuple = returns_tuple
+        self.n_outputs = n_outputs
+        self.output_types = output_types if output_types is not None else [None] * n_outputs
+        self.active = active
+        self.written_params = tuple(written_params)
+        self.workspace = list(workspace)        # [(dtype name)] of the forward's scalar stacks
+        self._pool = []
+
+    def forward(self, *args):
+        try:
+            buffers = self._pool.pop()
+        except IndexError:
+            buffers = tuple(cpu.new_buffer(d) for d in self.workspace)
+        outputs, saved = self._forward(*args, *buffers)
+        return outputs, Saved(saved, self) if self.workspace else saved
+
+    def release(self, saved):
+        """Keep the stack buffers of a `saved` nobody needs any more, for the next forward."""
+        if len(self._pool) < 2:
+            self._pool.append(cpu.workspace_of(saved, self._workspace_slots))
+
+    def adjoint(self, *args):
+        *values, saved, d_out = args
+        d_outs = d_out if self.returns_tuple else (d_out,)
+        return self._adjoint(*values, *(saved.values if isinstance(saved, Saved) else saved), *d_outs)
+
+    @property
+    def dispatchers(self):
+        return (self.primal, self._forward, self._adjoint)
+
+    def source(self, kind="adjoint"):
+        if kind not in self.sources:
+            raise ValueError(f"kind must be one of {sorted(self.sources)}, got {kind!r}")
+        return self.sources[kind]
+
+    def __repr__(self):
+        return f"<Transformed {self.name} outputs={self.n_outputs} active={self.active}>"
+
+
+class Saved:
+    """What a forward saved for its adjoint. When it is dropped (the tape node that held it is gone),
+    its stack buffers go back to the function for the next forward instead of back to the OS."""
+
+    __slots__ = ("values", "_owner")
+
+    def __init__(self, values, owner):
+        self.values = values
+        self._owner = owner
+
+    def __del__(self):
+        try:
+            self._owner.release(self.values)
+        except Exception:      # interpreter shutdown: nothing to keep them for
+            pass
+
+
+class Checked:
+    """A Numba dispatcher whose compile errors name the user's function and line instead of
+    the generated code. Attributes are the dispatcher's."""
+
+    def __init__(self, dispatcher, path, origins, name):
+        self.dispatcher = dispatcher
+        self._where = (path, origins, name)
+        self._try_cache = True
+
+    def __call__(self, *args):
+        if self._try_cache:
+            self._try_cache = False     # first call: a light (and checked) load from Numba's disk cache
+            cpu.load_cached(self.dispatcher, args)
+        try:
+            return self.dispatcher(*args)
+        except _NUMBA_ERRORS as exc:
+            raise from_numba(exc, *self._where) from None
+        except IndexError as exc:       # boundscheck=True
+            raise IndexError(f"{self._where[2]}: an index is out of range in the compiled code ({exc})") from None
+
+    def __getattr__(self, name):
+        return getattr(self.dispatcher, name)
+
+
+_COMPILE_LOCK = threading.RLock()
+_META_KEYS = ("sources", "returns_tuple", "n_outputs", "written_params", "workspace", "slots", "module_sha256")
+
+
+def transform(pyfunc, arg_types, active, boundscheck=False):
+    """Parse, transform and compile `pyfunc` for `arg_types` (Numba types), differentiating the
+    arguments whose `active` flag is True; returns a `Transformed`.
+
+    Only Numba's type inference runs on the primal here (its types drive the transform); the primal
+    itself is compiled when first called, so a gradient compiles two functions, not three.
+    `boundscheck`: compiled indexing raises IndexError when out of range (Numba's boundscheck).
+    One transform at a time in a process, one process at a time per cache entry; a cache directory
+    that fails a write is given up for a private one (`cache.cache_dir`)."""
+    with _COMPILE_LOCK:
+        root = cache.cache_dir()
+        try:
+            return _transform(pyfunc, arg_types, active, bool(boundscheck), root)
+        except OSError as exc:
+            if exc.filename is None or root not in Path(exc.filename).parents:
+                raise
+            cache.refuse(root, exc)
+            return _transform(pyfunc, arg_types, active, bool(boundscheck), cache.cache_dir())
+
+
+def _transform(pyfunc, arg_types, active, boundscheck, root):
+    program = front(pyfunc, arg_types, active)
+    name = program.primal.name
+    primal_src, primal_origins = cpu.module_source([program.primal], f"{name}_primal")
+    options = (("boundscheck", boundscheck),)
+    key = cache.cache_key(primal_src, program.arg_types, program.active, options)
+    base = f"{name}_{key}"
+    # one primal module per signature, shared by every active mask
+    primal_path = root / f"{name}_{cache.cache_key(primal_src, program.arg_types, (), options)}_primal.py"
+    module_path = root / f"{base}.py"
+    with cache.entry_lock(root, base):
+        cache.write_module(primal_path, primal_src)
+        primal = _lazy_primal(primal_path, primal_src, primal_origins, name, boundscheck)
+        meta = cache.load_meta(root / f"{base}.json", _META_KEYS)
+        module_src = cache.read_module(module_path) if meta is not None else None
+        if module_src is not None and cache.content_hash(module_src) == meta["module_sha256"]:
+            forward, adjoint = _load(module_path, module_src, [], name, boundscheck)
+            return _transformed(name, primal, forward, adjoint, meta, program.active)
+        program.typed = _typing(primal.dispatcher, program, primal_path, primal_origins,
+                                compile_it=not any(program.active))
+        program = finish(program)
+        forward, adjoint = program.forward, program.adjoint
+        module_src, origins = cpu.module_source([forward, adjoint], name)
+        cache.write_module(module_path, module_src)
+        fwd, adj = _load(module_path, module_src, origins, name, boundscheck)
+        meta = {"sources": {"primal": _source_of(primal_src),
+                            "forward": cpu.function_source(forward, name), "adjoint": cpu.function_source(adjoint, name)},
+                "returns_tuple": program.primal.returns_tuple, "n_outputs": len(program.primal.outputs),
+                "written_params": program.primal.facts["aliasing"]["written_params"],
+                "workspace": [cpu.buffer_dtype(forward.stacks[w]) for w in forward.workspace],
+                "slots": cpu.workspace_slots(forward), "module_sha256": cache.content_hash(module_src)}
+        cache.save_meta(root / f"{base}.json", meta)
+        types = cpu.output_types(program.typed.return_type, program.primal.returns_tuple)
+        return _transformed(name, primal, fwd, adj, meta, program.active, types)
+
+
+def _transformed(name, primal, forward, adjoint, meta, active, output_types=None):
+    t = Transformed(name, primal, forward, adjoint, meta["sources"], meta["returns_tuple"], meta["n_outputs"],
+                    active, meta["written_params"], meta["workspace"], output_types)
+    t._workspace_slots = tuple(meta["slots"])
+    return t
+
+
+def _source_of(module_src):
+    """The function part of a generated module (its header of imports left out)."""
+    return module_src[module_src.index("def "):]
+
+
+_PRIMALS = {}
+
+
+def _lazy_primal(path, source, origins, name, boundscheck):
+    primal = _PRIMALS.get(path)
+    if primal is None:
+        primal = _PRIMALS[path] = LazyPrimal(path, source, origins, name, boundscheck)
+    return primal
+
+
+class LazyPrimal:
+    """The plain compiled primal, imported and compiled (or loaded from Numba's disk cache) only when
+    first used: the gradient path never needs it. Calls and attributes are a `Checked` dispatcher's."""
+
+    def __init__(self, path, source, origins, name, boundscheck):
+        self._spec = (path, source, origins, name, boundscheck)
+        self._checked = None
+
+    @property
+    def checked(self):
+        with _COMPILE_LOCK:
+            if self._checked is None:
+                path, source, origins, name, boundscheck = self._spec
+                self._checked = Checked(cpu.import_jit(path, source, name, boundscheck), path, origins, name)
+        return self._checked
+
+    @property
+    def dispatcher(self):
+        return self.checked.dispatcher
+
+    def __call__(self, *args):
+        return (self._checked or self.checked)(*args)
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.checked.dispatcher, name)
+
+
+def _load(path, source, origins, name, boundscheck):
+    return tuple(Checked(cpu.import_jit(path, source, f"{name}_{kind}", boundscheck), path, origins, name)
+                 for kind in ("forward", "adjoint"))
+
+
+__all__ = ["PASSES", "Program", "Transformed", "TransformError", "dump", "run", "transform", "transform_function"]
