@@ -5,14 +5,16 @@
 
 Loss per chunk: ``tests/compiler/adbench_models.gmm_objective`` (loop-style,
 compiled by ``@ad.function``) on the chunk's points; ``srcad.dask.value_and_grad``
-sums chunks on the cluster.  Reports, per worker count, the median time of a
-call (value and gradient of alphas, means, icf), the speed-up of 2 workers
-over 1, the time of one chunk in this process (no Dask), the round trip of a
-call whose chunks are tiny (the cluster's overhead per call, against the
-floor of one ``client.submit(...).result()``), and the bytes a call sends:
-parameters in (scattered to every worker), partial gradients between workers
-and the result out.  The data are generated on the workers and persisted, so
-they never travel.
+sums chunks on the cluster.  Reports, per worker count, the round trip of a
+call whose chunks are tiny (one per worker: the cluster's overhead per call,
+against the floor of one ``client.submit(...).result()``; these calls also
+compile the function on every worker), the median time of a call over all the
+points (value and gradient of alphas, means, icf), the CPU seconds and chunks
+of each worker and the bytes the workers sent during those calls (parameters
+copied between workers, partial sums crossing workers, the result), and the
+speed-up of 2 workers over 1; first, the time of one chunk in this process
+(no Dask).  The data are generated on the workers and persisted, so they never
+travel.
 """
 
 import argparse
@@ -50,16 +52,29 @@ def parameters(d, k, seed=0):
 
 
 def median_time(call, reps):
+    """Median seconds of ``reps`` calls, every time, and the last call's result."""
     times = []
     for _ in range(reps):
         t = time.perf_counter()
-        call()
+        result = call()
         times.append(time.perf_counter() - t)
-    return statistics.median(times), times
+    return statistics.median(times), times, result
 
 
-def outgoing_bytes(client):
-    return sum(client.run(lambda dask_worker: dask_worker.transfer_outgoing_bytes_total).values())
+def outgoing(client):
+    """Bytes and messages the workers have sent so far (to other workers and to the scheduler)."""
+    sent = client.run(lambda dask_worker: (dask_worker.transfer_outgoing_bytes_total,
+                                           dask_worker.transfer_outgoing_count_total)).values()
+    return np.sum(list(sent), axis=0)
+
+
+def one_chunk_per_worker(client, d):
+    """Two points on every worker, scattered there, persisted as one dask array."""
+    rng = np.random.default_rng(3)
+    futures = [client.scatter(rng.standard_normal((2, d)), workers=[w]) for w in client.scheduler_info()["workers"]]
+    tiny = client.persist(da.concatenate([da.from_delayed(f, (2, d), float) for f in futures]))
+    wait(tiny)
+    return tiny
 
 
 def worker_cpu():
@@ -91,44 +106,43 @@ def main():
     x_chunk = np.random.default_rng(1).normal(size=(args.chunk, d))
     grad_local = lambda: ad_value_and_grad(params, x_chunk)  # noqa: E731
     grad_local()
-    t_chunk, _ = median_time(grad_local, args.reps)
+    t_chunk, _, _ = median_time(grad_local, args.reps)
     print(f"one chunk in-process: {t_chunk * 1e3:.1f} ms ({t_chunk / args.chunk * 1e9:.0f} ns per point)")
 
     results = {}
     for workers in map(int, args.workers.split(",")):
         with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                           dashboard_address=None) as cluster, Client(cluster) as client:
+            # overhead of a round trip: the same call on tiny chunks, one per worker (compiles on each)
+            tiny = one_chunk_per_worker(client, d)
+            small = lambda: value_and_grad(chunk_loss, params, tiny, client=client, argnums=(0, 1, 2))  # noqa: E731
+            for _ in range(5):
+                small()
+            t_rt, _, _ = median_time(small, 30)
+            t_floor, _, _ = median_time(lambda: client.submit(noop, 1, pure=False).result(), 30)
+            print(f"{workers} worker(s): round trip of a call with tiny chunks: {t_rt * 1e3:.1f} ms "
+                  f"(floor, one client.submit().result(): {t_floor * 1e3:.1f} ms)")
+
             x = da.random.default_rng(2).standard_normal((n, d), chunks=(args.chunk, d))
             x = client.persist(x)
             wait(x)                                                    # generated on the workers, kept there
             call = lambda: value_and_grad(chunk_loss, params, x, client=client, argnums=(0, 1, 2))  # noqa: E731
-            value, _ = call()                                          # compile (or load) on every worker
-            t_call, times = median_time(call, args.reps)
-            results[workers] = t_call
-            print(f"{workers} worker(s): {t_call:.3f} s per call  (calls: {', '.join(f'{t:.3f}' for t in times)};"
-                  f" value {value:.6e})")
-
-            # overhead of a round trip: same call, tiny chunks (one per worker)
-            tiny = client.persist(da.random.default_rng(3).standard_normal((2 * workers, d), chunks=(2, d)))
-            small = lambda: value_and_grad(chunk_loss, params, tiny, client=client, argnums=(0, 1, 2))  # noqa: E731
-            for _ in range(5):
-                small()
-            t_rt, _ = median_time(small, 30)
-            t_floor, _ = median_time(lambda: client.submit(noop, 1, pure=False).result(), 30)
-            print(f"   round trip of a call with tiny chunks: {t_rt * 1e3:.1f} ms "
-                  f"(floor, one client.submit().result(): {t_floor * 1e3:.1f} ms)")
-
-            before, cpu_before = outgoing_bytes(client), client.run(worker_cpu)
-            value, grads = call()
-            sent = outgoing_bytes(client) - before
+            sent_before, cpu_before = outgoing(client), client.run(worker_cpu)
+            t_call, times, (value, grads) = median_time(call, args.reps)
+            sent, messages = (outgoing(client) - sent_before) / args.reps
             cpu_after = client.run(worker_cpu)
+            results[workers] = t_call
+            print(f"   {n:.0e} points: {t_call:.3f} s per call  (calls: {', '.join(f'{t:.3f}' for t in times)};"
+                  f" value {value:.6e})")
             scattered = len(cloudpickle.dumps((chunk_loss, tuple(params)))) * workers
             out = len(pickle.dumps((value, grads)))
             print(f"   bytes per call: in {scattered} (function and parameters, once per worker); out of the "
-                  f"workers {sent} (partial sums to other workers and the result, {out} of it); the data, "
-                  f"{x.nbytes:.2e} bytes on the cluster, are not sent")
+                  f"workers {sent:.0f} in {messages:.0f} transfers (parameters copied to other workers, partial "
+                  f"sums crossing workers, the result: {out} of it); the data, {x.nbytes:.2e} bytes on the "
+                  f"cluster, are not sent")
             split = {a: (cpu_after[a][0] - cpu_before[a][0], cpu_after[a][1] - cpu_before[a][1]) for a in cpu_after}
-            print("   per worker: " + "; ".join(f"{c} chunks, {t:.2f} s CPU" for t, c in split.values()))
+            print("   per worker and call: " + "; ".join(f"{c / args.reps:.0f} chunks, {t / args.reps:.2f} s CPU"
+                                                       for t, c in split.values()))
 
     if 1 in results and 2 in results:
         print(f"speed-up 2 workers over 1: {results[1] / results[2]:.2f}x")
