@@ -7,6 +7,8 @@ Objective: ``tests/compiler/adbench_models.gmm_objective`` (loop-style).
              (the decorated function called outside a tape)
   gradient   @ad.function forward under a GradientTape + tape.gradient
              w.r.t. alphas, means, icf
+  checks     srcad's objective and gradient with index checks / without them
+             (@ad.function(boundscheck=False)): what the checks cost
 Ratio = gradient / njit objective (target <= 5; ADBench's published ratios:
 hand-written C++ 1.9-7.2, Tapenade 3.7-15.5).  Datasets: 1k and 10k points,
 d2 K5 and d10 K25, and d64 K25 at 1k (read from ../shared/anchors/adbench,
@@ -52,17 +54,18 @@ def main():
     import srcad as ad
     njit_obj = numba.njit(M.gmm_objective)
     f = ad.function(M.gmm_objective)
+    unchecked = ad.function(M.gmm_objective, boundscheck=False)
 
-    def grad(a):
+    def grad(a, fn=f):
         alphas, means, icf = (ad.constant(v) for v in a[:3])
         with ad.GradientTape() as tape:
             tape.watch([alphas, means, icf])
-            err = f(alphas, means, icf, *a[3:])
+            err = fn(alphas, means, icf, *a[3:])
         return err, tape.gradient(err, [alphas, means, icf])
 
     print("ADBench GMM, median of %d interleaved reps (seconds)" % args.reps)
-    print("%5s %8s %7s %11s %11s %11s %8s %8s" % ("n", "d_K", "params", "njit obj", "srcad obj",
-                                                   "srcad grad", "grad/obj", "check"))
+    print("%5s %8s %7s %11s %11s %11s %8s %8s %8s %8s" % ("n", "d_K", "params", "njit obj", "srcad obj",
+                                                          "srcad grad", "grad/obj", "obj chk", "grad chk", "check"))
     for size, name in DATASETS:
         if only and name not in only:
             continue
@@ -76,6 +79,8 @@ def main():
         # warm up (compile) and check
         obj = njit_obj(*a)
         f(*a)
+        unchecked(*a)
+        grad(a, unchecked)
         err, g = grad(a)
         check = "-"
         gname = M.golden_gradient_name(rel)
@@ -85,15 +90,18 @@ def main():
             check = "ok" if r < 1e-8 else "rho=%.1e" % r
         else:
             check = "obj ok" if float(M.rho(float(err.numpy()), obj)) < 1e-8 else "obj BAD"
-        t = {"njit": [], "srcad_obj": [], "grad": []}
+        t = {"njit": [], "srcad_obj": [], "grad": [], "obj_unchecked": [], "grad_unchecked": []}
         for _ in range(args.reps):
             s = time.perf_counter(); njit_obj(*a); t["njit"].append(time.perf_counter() - s)
             s = time.perf_counter(); f(*a); t["srcad_obj"].append(time.perf_counter() - s)
+            s = time.perf_counter(); unchecked(*a); t["obj_unchecked"].append(time.perf_counter() - s)
             s = time.perf_counter(); grad(a); t["grad"].append(time.perf_counter() - s)
+            s = time.perf_counter(); grad(a, unchecked); t["grad_unchecked"].append(time.perf_counter() - s)
         med = {k: float(np.median(v)) for k, v in t.items()}
-        print("%5s %8s %7d %11.3e %11.3e %11.3e %8.2f %8s" % (
+        print("%5s %8s %7d %11.3e %11.3e %11.3e %8.2f %8.3f %8.3f %8s" % (
             size, name, nparams, med["njit"], med["srcad_obj"], med["grad"],
-            med["grad"] / med["njit"], check))
+            med["grad"] / med["njit"], med["srcad_obj"] / med["obj_unchecked"],
+            med["grad"] / med["grad_unchecked"], check))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ Timed (interleaved repetitions, median reported):
   primal     numba.njit of the plain function
   srcad      the same plain function under @ad.function: forward under a
              GradientTape + tape.gradient w.r.t. the parameters
+  unchecked  srcad's gradient without index checks (@ad.function(boundscheck=False)):
+             what the checks cost
   hand       a hand-written Numba adjoint (saves the N states, recomputes
              the RK4 stages in the reverse sweep): the reference
   jax/torch  optional peers, skipped when not installed
@@ -245,6 +247,7 @@ def memory_child(n):
     import tracemalloc
     import srcad as ad
     f = ad.function(rk4_lotka_volterra)
+    unchecked = ad.function(rk4_lotka_volterra, boundscheck=False)
     srcad_gradient(f, PARAMS, 100)               # compile on a small N
     gc.collect()
     method = "VmHWM reset"
@@ -280,6 +283,7 @@ def main():
 
     import srcad as ad
     f = ad.function(rk4_lotka_volterra)
+    unchecked = ad.function(rk4_lotka_volterra, boundscheck=False)
 
     # correctness first: srcad vs the hand-written adjoint
     for n in (100, 1000):
@@ -298,7 +302,8 @@ def main():
     peers = _peers()
     print("\nRK4 Lotka-Volterra, median of %d interleaved reps (seconds; ratio = gradient / njit primal)"
           % args.reps)
-    hdr = "%9s %11s %11s %7s %11s %7s" % ("N", "primal", "srcad grad", "ratio", "hand adj", "ratio")
+    hdr = "%9s %11s %11s %7s %11s %7s %11s %7s" % ("N", "primal", "srcad grad", "ratio", "unchecked", "checks",
+                                                  "hand adj", "ratio")
     for name in peers:
         hdr += " %26s" % (name + " (ratio)")
     print(hdr)
@@ -307,11 +312,13 @@ def main():
         primal(PARAMS, X0, Y0, dt, n)
         hand_gradient(PARAMS, X0, Y0, dt, n)
         srcad_gradient(f, PARAMS, n)
-        times = {"primal": [], "srcad": [], "hand": []}
+        srcad_gradient(unchecked, PARAMS, n)
+        times = {"primal": [], "srcad": [], "unchecked": [], "hand": []}
         times.update({p: [] for p in peers})
         for _ in range(args.reps):
             times["primal"].append(_timeit(lambda: primal(PARAMS, X0, Y0, dt, n))[0])
             times["srcad"].append(_timeit(lambda: srcad_gradient(f, PARAMS, n))[0])
+            times["unchecked"].append(_timeit(lambda: srcad_gradient(unchecked, PARAMS, n))[0])
             times["hand"].append(_timeit(lambda: hand_gradient(PARAMS, X0, Y0, dt, n))[0])
         for p, fn in peers.items():
             if fn(n) is None:       # warm-up; None: skipped at this size
@@ -320,9 +327,9 @@ def main():
             for _ in range(max(1, args.reps // 3)):
                 times[p].append(_timeit(lambda: fn(n))[0])
         med = {k: (float(np.median(v)) if v else None) for k, v in times.items()}
-        row = "%9d %11.3e %11.3e %7.2f %11.3e %7.2f" % (
-            n, med["primal"], med["srcad"], med["srcad"] / med["primal"], med["hand"],
-            med["hand"] / med["primal"])
+        row = "%9d %11.3e %11.3e %7.2f %11.3e %7.3f %11.3e %7.2f" % (
+            n, med["primal"], med["srcad"], med["srcad"] / med["primal"], med["unchecked"],
+            med["srcad"] / med["unchecked"], med["hand"], med["hand"] / med["primal"])
         for p in peers:
             row += " %26s" % ("skipped" if med[p] is None else "%.3e (%.0f)" % (med[p], med[p] / med["primal"]))
         print(row)

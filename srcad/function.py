@@ -30,13 +30,13 @@ _KINDS = ("primal", "forward", "adjoint")
 def function(pyfunc=None, *, target="cpu", boundscheck=None):
     """Compile ``pyfunc`` (plain numeric Python) into a differentiable function.
 
-    Usable as ``@ad.function`` or ``@ad.function(target="cpu", boundscheck=True)``.
-    ``boundscheck=True`` makes an index out of range in the compiled primal,
-    forward and adjoint raise IndexError, as Python does. It is off by default
-    because it slows compiled loops (measured: RK4 gradient 1.06-1.08x, GMM
-    objective and gradient 1.15-1.8x), and then such an index reads garbage or
-    crashes the process. None (the default) follows the environment variable
-    ``SRCAD_BOUNDSCHECK=1``.
+    Usable as ``@ad.function`` or ``@ad.function(target="cpu", boundscheck=False)``.
+    An index out of range raises IndexError naming the line, the array and the
+    index, as in Python (never garbage, never a crash). The checks are made once
+    per loop where the index is the loop's own (see docs/design.md), so they cost
+    little; ``boundscheck=False`` drops them for the last percent, and then such
+    an index reads or writes memory it should not. None (the default) follows the
+    environment variable ``SRCAD_BOUNDSCHECK`` (``0`` turns the checks off).
     """
     if target != "cpu":
         raise ValueError(f"@ad.function: target={target!r} is not available; use target='cpu'")
@@ -143,7 +143,7 @@ class Function:
         if self._frozen is None:
             boundscheck = self._boundscheck
             if boundscheck is None:
-                boundscheck = os.environ.get("SRCAD_BOUNDSCHECK", "0") not in ("", "0")
+                boundscheck = os.environ.get("SRCAD_BOUNDSCHECK", "1") not in ("", "0")
             self._frozen = (_frozen_function(self.python_function, {}), boundscheck)
         types_ = tuple(numba.typeof(v) for v in values)
         try:

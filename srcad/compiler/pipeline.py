@@ -1,16 +1,17 @@
 """The compiler's passes, in order, in one place; `transform` runs them and compiles the result.
 
-    source --lower--> primal IR --webs, coalesce--> (cache key) --types--> typed primal
+    source --lower--> primal IR --webs, coalesce, bounds--> (cache key) --types--> typed primal
       --inplace, aliasing, activity--> facts --reverse--> forward, adjoint
       --cleanup, accumulate--> --lower_stacks--> printed and compiled by Numba
 
 Every pass takes the `Program` (the IR functions made so far) and returns it.
 `run(pyfunc, arg_types, active, until=name)` stops after any pass and
-`dump(program)` prints what is there: that is how tests and `ad.show_source`
-look at the IR between passes.
+`dump(program)` prints what is there: that is how tests look at the IR
+between passes. `transform_function` differentiates IR itself (generated
+code, for second derivatives).
 """
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from numba.core import errors as nb_errors
@@ -24,6 +25,7 @@ from .analysis.webs import split_webs
 from .backends import cache
 from .backends import numba_cpu as cpu
 from .errors import TransformError, from_numba
+from .front.bounds import insert_index_checks, site_message
 from .front.flatten import flatten
 from .front.lower import lower
 from .front.parse import load
@@ -44,8 +46,8 @@ class Program:
     adjoint: object = None
     arg_types: tuple = ()
     active: tuple = ()
-    typed: object = None                 # Numba's typing of the primal (set by the driver before `types`)
-    notes: dict = field(default_factory=dict)
+    boundscheck: bool = True
+    typed: object = None                 # Numba's typing of the primal (the driver sets it before `types`)
 
     def functions(self):
         return [f for f in (self.primal, self.forward, self.adjoint) if f is not None]
@@ -54,7 +56,7 @@ class Program:
 # ---- the passes ---------------------------------------------------------------------------------
 
 def _lower(program):
-    return program                       # `run` starts from `lower(load(pyfunc))`
+    return program                       # `front` starts from `lower(load(pyfunc))`
 
 
 def _webs(program):
@@ -64,6 +66,12 @@ def _webs(program):
 
 def _coalesce(program):
     coalesce_copies(program.primal)
+    return program
+
+
+def _bounds(program):
+    if program.boundscheck:
+        insert_index_checks(program.primal)
     return program
 
 
@@ -123,6 +131,7 @@ PASSES = [
     ("lower", _lower),
     ("webs", _webs),
     ("coalesce", _coalesce),
+    ("bounds", _bounds),
     ("types", _types),
     ("inplace", _inplace),
     ("aliasing", _aliasing),
@@ -132,82 +141,37 @@ PASSES = [
     ("accumulate", _accumulate),
     ("lower_stacks", _lower_stacks),
 ]
-_FRONT = ("lower", "webs", "coalesce")       # enough for the cache key: run on every compile
 PASS_NAMES = [name for name, _ in PASSES]
+_FRONT = PASS_NAMES[:PASS_NAMES.index("types")]    # enough for the cache key: they run on every compile
 
 
-def front(pyfunc, arg_types, active):
-    """The Program after the front passes (no typing: nothing of Numba's runs)."""
-    program = Program(lower(load(pyfunc)), arg_types=tuple(arg_types), active=tuple(bool(a) for a in active))
+def front(pyfunc, arg_types, active, boundscheck=True):
+    """The Program after the front passes (nothing of Numba's runs)."""
+    program = Program(lower(load(pyfunc)), arg_types=tuple(arg_types), active=tuple(bool(a) for a in active),
+                      boundscheck=boundscheck)
     _check_arguments(program.primal, program.arg_types, program.active)
+    return _run_passes(program, _FRONT)
+
+
+def _run_passes(program, names, until=None):
     for name, step in PASSES:
-        if name in _FRONT:
+        if name in names:
             program = step(program)
-    return program
-
-
-def finish(program, until=None):
-    """Run the passes after the front ones (up to and including `until`) on a Program whose `typed` is set."""
-    for name, step in PASSES:
-        if name in _FRONT:
-            continue
-        program = step(program)
         if name == until:
             break
     return program
 
 
-def run(pyfunc, arg_types, active, until=None):
+def run(pyfunc, arg_types, active, until=None, boundscheck=True):
     """The Program after pass `until` (default: all of them), for inspection: `dump(run(...))`."""
     if until is not None and until not in PASS_NAMES:
         raise ValueError(f"no pass named {until!r}; the passes are {', '.join(PASS_NAMES)}")
-    program = front(pyfunc, arg_types, active)
+    program = front(pyfunc, arg_types, active, boundscheck)
     if until in _FRONT:
         return program
-    primal_src, origins = cpu.module_source([program.primal], program.primal.name)
-    path = cache.cache_dir() / f"{program.primal.name}_{cache.content_hash(primal_src)[:20]}_inspect.py"
-    cache.write_module(path, primal_src)
-    program.typed = _typing(cpu.import_jit(path, primal_src, program.primal.name), program, path, origins)
-    return finish(program, until)
-
-
-def transform_function(fn, arg_types, active):
-    """Differentiate an IR Function (generated code, say `ad.vjp.vjp_function` of an earlier
-    transform) the way `transform` differentiates Python: its types come from Numba's inference on
-    its printed, stack-lowered copy; then the passes from `inplace` on. Returns a `Transformed`."""
-    fn = flatten(copy_function(fn))
-    program = Program(fn, arg_types=tuple(arg_types), active=tuple(bool(a) for a in active))
-    _check_arguments(fn, program.arg_types, program.active)
-    typed_copy = cpu.lower_stacks(copy_function(fn))
-    src, origins = cpu.module_source([typed_copy], fn.name)
-    root = cache.cache_dir()
-    path = root / f"{fn.name}_{cache.content_hash(src)[:20]}_ir.py"
-    cache.write_module(path, src)
-    dispatcher = cpu.import_jit(path, src, fn.name)
-    program.typed = _typing(dispatcher, program, path, origins)
-    assign_types(fn, program.typed.typemap, program.arg_types)
-    for name, step in PASSES:
-        if PASS_NAMES.index(name) > PASS_NAMES.index("types"):
-            program = step(program)
-    module_src, origins = cpu.module_source([program.forward, program.adjoint], fn.name)
-    module_path = root / f"{fn.name}_{cache.content_hash(module_src)[:20]}.py"
-    cache.write_module(module_path, module_src)
-    forward, adjoint = _load(module_path, module_src, origins, fn.name, False)
-    primal = Checked(dispatcher, path, origins, fn.name)
-    t = Transformed(fn.name, primal, forward, adjoint,
-                    {"primal": _source_of(src), "forward": cpu.function_source(program.forward, fn.name),
-                     "adjoint": cpu.function_source(program.adjoint, fn.name)},
-                    program.primal.returns_tuple, len(program.primal.outputs), program.active,
-                    program.primal.facts["aliasing"]["written_params"],
-                    [cpu.buffer_dtype(program.forward.stacks[w]) for w in program.forward.workspace])
-    t._workspace_slots = tuple(cpu.workspace_slots(program.forward))
-    return t
-
-
-def copy_function(fn):
-    """A copy of `fn` that passes may change freely (statements copied, expressions shared)."""
-    return replace(fn, params=list(fn.params), body=clone(fn.body), outputs=list(fn.outputs), types=dict(fn.types),
-                   stacks=dict(fn.stacks), facts={}, workspace=list(fn.workspace))
+    primal = _primal_of(program, cache.cache_dir())
+    program.typed = _typing(primal.dispatcher, program, primal.path, primal.origins)
+    return _run_passes(program, PASS_NAMES[len(_FRONT):], until)
 
 
 def dump(program):
@@ -232,6 +196,34 @@ def _typing(dispatcher, program, path, origins, compile_it=False):
         raise from_numba(exc, path, origins, program.primal.name) from None
 
 
+# ---- differentiating IR -------------------------------------------------------------------------
+
+def transform_function(fn, arg_types, active):
+    """Differentiate an IR Function (generated code, say `ad.vjp.vjp_function` of an earlier
+    transform) the way `transform` differentiates Python: its values are brought to atoms
+    (`flatten`), its types come from Numba's inference on its printed, stack-lowered copy, then the
+    passes from `inplace` on. Returns a `Transformed`."""
+    fn = flatten(copy_function(fn))
+    program = Program(fn, arg_types=tuple(arg_types), active=tuple(bool(a) for a in active))
+    _check_arguments(fn, program.arg_types, program.active)
+    typed_copy = cpu.lower_stacks(copy_function(fn))
+    src, origins = cpu.module_source([typed_copy], fn.name)
+    root = cache.cache_dir()
+    path = root / f"{fn.name}_{cache.content_hash(src)[:20]}_ir.py"
+    cache.write_module(path, src)
+    primal = Checked(cpu.import_jit(path, src, fn.name), path, origins, fn.name)
+    program.typed = _typing(primal.dispatcher, program, path, origins)
+    assign_types(fn, program.typed.typemap, program.arg_types)
+    program = _run_passes(program, PASS_NAMES[PASS_NAMES.index("inplace"):])
+    return _compile(program, primal, src[src.index("def "):], root, fn.name)
+
+
+def copy_function(fn):
+    """A copy of `fn` that passes may change freely (statements copied, expressions shared)."""
+    return replace(fn, params=list(fn.params), body=clone(fn.body), outputs=list(fn.outputs), types=dict(fn.types),
+                   stacks=dict(fn.stacks), facts=dict(fn.facts), workspace=list(fn.workspace))
+
+
 # ---- compiling and caching ----------------------------------------------------------------------
 
 class Transformed:
@@ -239,8 +231,8 @@ class Transformed:
 
     * ``primal(*args)`` returns exactly what the user function returns (compiled on first use).
     * ``forward(*args)`` returns ``(outputs, saved)``: ``outputs`` as from ``primal``, ``saved`` an
-      opaque tuple for the adjoint. Its stacks come from buffers of earlier calls given back by
-      ``release(saved)`` (so repeated gradients do not allocate their saves afresh).
+      opaque value for the adjoint. Its stacks are buffers of earlier calls, given back when their
+      `saved` is dropped, so repeated gradients do not allocate their saves afresh.
     * ``adjoint(*args, saved, d_out)`` returns one gradient per *active* argument, in argument order;
       ``d_out`` has the structure of the outputs (one float or array, or a tuple). Gradients have the
       argument's shape and dtype (float32 scalars: float32). It leaves ``saved`` as it was, so it may
@@ -248,35 +240,36 @@ class Transformed:
 
     ``returns_tuple``, ``n_outputs`` and ``output_types`` describe the outputs; ``source(kind)`` gives
     the generated code of "primal", "forward" or "adjoint"; ``written_params`` names the parameters the
-    function writes into (an argument sharing memory with one of them is refused by the caller).
+    function writes into (an argument sharing memory with one of them is refused by the caller);
+    ``dispatchers`` are the three Numba dispatchers.
     """
 
-    def __init__(self, name, primal, forward, adjoint, sources, returns_tuple, n_outputs, active,
-                 written_params=(), workspace=(), output_types=None):
+    def __init__(self, name, primal, forward, adjoint, meta, active, output_types=None):
         self.name = name
         self.primal = primal
         self._forward, self._adjoint = forward, adjoint
-        self.sources = sources
-        self.returns_tuple = returns_tuple
-        self.n_outputs = n_outputs
-        self.output_types = output_types if output_types is not None else [None] * n_outputs
+        self.sources = meta["sources"]
+        self.returns_tuple = meta["returns_tuple"]
+        self.n_outputs = meta["n_outputs"]
+        self.output_types = output_types if output_types is not None else [None] * self.n_outputs
         self.active = active
-        self.written_params = tuple(written_params)
-        self.workspace = list(workspace)        # [(dtype name)] of the forward's scalar stacks
+        self.written_params = tuple(meta["written_params"])
+        self._workspace = list(meta["workspace"])          # dtypes of the forward's scalar stacks
+        self._slots = tuple(meta["slots"])                  # where their final buffers sit in `saved`
         self._pool = []
 
     def forward(self, *args):
         try:
             buffers = self._pool.pop()
         except IndexError:
-            buffers = tuple(cpu.new_buffer(d) for d in self.workspace)
+            buffers = tuple(cpu.new_buffer(d) for d in self._workspace)
         outputs, saved = self._forward(*args, *buffers)
-        return outputs, Saved(saved, self) if self.workspace else saved
+        return outputs, Saved(saved, self) if self._workspace else saved
 
     def release(self, saved):
         """Keep the stack buffers of a `saved` nobody needs any more, for the next forward."""
         if len(self._pool) < 2:
-            self._pool.append(cpu.workspace_of(saved, self._workspace_slots))
+            self._pool.append(tuple(saved[i] for i in self._slots))
 
     def adjoint(self, *args):
         *values, saved, d_out = args
@@ -314,12 +307,14 @@ class Saved:
 
 
 class Checked:
-    """A Numba dispatcher whose compile errors name the user's function and line instead of
-    the generated code. Attributes are the dispatcher's."""
+    """A Numba dispatcher whose errors name the user's function and line instead of the generated
+    code: compile errors, and the index checks of `front.bounds` (`sites`). Attributes are the
+    dispatcher's."""
 
-    def __init__(self, dispatcher, path, origins, name):
+    def __init__(self, dispatcher, path, origins, name, sites=()):
         self.dispatcher = dispatcher
         self._where = (path, origins, name)
+        self._sites = sites
         self._try_cache = True
 
     def __call__(self, *args):
@@ -330,26 +325,27 @@ class Checked:
             return self.dispatcher(*args)
         except _NUMBA_ERRORS as exc:
             raise from_numba(exc, *self._where) from None
-        except IndexError as exc:       # boundscheck=True
-            raise IndexError(f"{self._where[2]}: an index is out of range in the compiled code ({exc})") from None
+        except IndexError as exc:
+            raise IndexError(site_message(self._where[2], self._sites, exc)) from None
 
     def __getattr__(self, name):
         return getattr(self.dispatcher, name)
 
 
 _COMPILE_LOCK = threading.RLock()
-_META_KEYS = ("sources", "returns_tuple", "n_outputs", "written_params", "workspace", "slots", "module_sha256")
+_META_KEYS = ("sources", "returns_tuple", "n_outputs", "written_params", "workspace", "slots", "sites",
+              "module_sha256")
 
 
-def transform(pyfunc, arg_types, active, boundscheck=False):
+def transform(pyfunc, arg_types, active, boundscheck=True):
     """Parse, transform and compile `pyfunc` for `arg_types` (Numba types), differentiating the
     arguments whose `active` flag is True; returns a `Transformed`.
 
     Only Numba's type inference runs on the primal here (its types drive the transform); the primal
     itself is compiled when first called, so a gradient compiles two functions, not three.
-    `boundscheck`: compiled indexing raises IndexError when out of range (Numba's boundscheck).
-    One transform at a time in a process, one process at a time per cache entry; a cache directory
-    that fails a write is given up for a private one (`cache.cache_dir`)."""
+    `boundscheck`: index checks (`front.bounds`); without them an index out of range reads or writes
+    memory it should not. One transform at a time in a process, one process at a time per cache
+    entry; a cache directory that fails a write is given up for a private one (`cache.cache_dir`)."""
     with _COMPILE_LOCK:
         root = cache.cache_dir()
         try:
@@ -362,60 +358,59 @@ def transform(pyfunc, arg_types, active, boundscheck=False):
 
 
 def _transform(pyfunc, arg_types, active, boundscheck, root):
-    program = front(pyfunc, arg_types, active)
+    program = front(pyfunc, arg_types, active, boundscheck)
     name = program.primal.name
-    primal_src, primal_origins = cpu.module_source([program.primal], f"{name}_primal")
-    options = (("boundscheck", boundscheck),)
-    key = cache.cache_key(primal_src, program.arg_types, program.active, options)
-    base = f"{name}_{key}"
-    # one primal module per signature, shared by every active mask
-    primal_path = root / f"{name}_{cache.cache_key(primal_src, program.arg_types, (), options)}_primal.py"
-    module_path = root / f"{base}.py"
+    primal_src, _ = cpu.module_source([program.primal], f"{name}_primal")
+    base = f"{name}_{cache.cache_key(primal_src, program.arg_types, program.active)}"
     with cache.entry_lock(root, base):
-        cache.write_module(primal_path, primal_src)
-        primal = _lazy_primal(primal_path, primal_src, primal_origins, name, boundscheck)
+        primal = _primal_of(program, root)
         meta = cache.load_meta(root / f"{base}.json", _META_KEYS)
-        module_src = cache.read_module(module_path) if meta is not None else None
+        module_src = cache.read_module(root / f"{base}.py") if meta is not None else None
         if module_src is not None and cache.content_hash(module_src) == meta["module_sha256"]:
-            forward, adjoint = _load(module_path, module_src, [], name, boundscheck)
-            return _transformed(name, primal, forward, adjoint, meta, program.active)
-        program.typed = _typing(primal.dispatcher, program, primal_path, primal_origins,
+            forward, adjoint = _load(root / f"{base}.py", module_src, [], name, meta["sites"])
+            return Transformed(name, primal, forward, adjoint, meta, program.active)
+        program.typed = _typing(primal.dispatcher, program, primal.path, primal.origins,
                                 compile_it=not any(program.active))
-        program = finish(program)
-        forward, adjoint = program.forward, program.adjoint
-        module_src, origins = cpu.module_source([forward, adjoint], name)
-        cache.write_module(module_path, module_src)
-        fwd, adj = _load(module_path, module_src, origins, name, boundscheck)
-        meta = {"sources": {"primal": _source_of(primal_src),
-                            "forward": cpu.function_source(forward, name), "adjoint": cpu.function_source(adjoint, name)},
-                "returns_tuple": program.primal.returns_tuple, "n_outputs": len(program.primal.outputs),
-                "written_params": program.primal.facts["aliasing"]["written_params"],
-                "workspace": [cpu.buffer_dtype(forward.stacks[w]) for w in forward.workspace],
-                "slots": cpu.workspace_slots(forward), "module_sha256": cache.content_hash(module_src)}
+        program = _run_passes(program, PASS_NAMES[len(_FRONT):])
+        return _compile(program, primal, primal.text, root, name, base)
+
+
+def _primal_of(program, root):
+    """The primal's module, written once per signature (shared by every active mask), lazily compiled."""
+    fn = program.primal
+    src, origins = cpu.module_source([fn], f"{fn.name}_primal")
+    path = root / f"{fn.name}_{cache.cache_key(src, program.arg_types, ())}_primal.py"
+    cache.write_module(path, src)
+    return _lazy_primal(path, src, origins, fn.name, fn.facts.get("bounds", {}).get("sites", []))
+
+
+def _compile(program, primal, primal_text, root, name, base=None):
+    """Print, write, load and describe the forward and adjoint of `program`."""
+    forward, adjoint = program.forward, program.adjoint
+    module_src, origins = cpu.module_source([forward, adjoint], name)
+    path = root / f"{base or name + '_' + cache.content_hash(module_src)[:20]}.py"
+    cache.write_module(path, module_src)
+    sites = program.primal.facts.get("bounds", {}).get("sites", [])
+    fwd, adj = _load(path, module_src, origins, name, sites)
+    meta = {"sources": {"primal": primal_text,
+                        "forward": cpu.function_source(forward, name), "adjoint": cpu.function_source(adjoint, name)},
+            "returns_tuple": program.primal.returns_tuple, "n_outputs": len(program.primal.outputs),
+            "written_params": program.primal.facts["aliasing"]["written_params"],
+            "workspace": [cpu.buffer_dtype(forward.stacks[w]) for w in forward.workspace],
+            "slots": cpu.workspace_slots(forward), "sites": sites, "module_sha256": cache.content_hash(module_src)}
+    if base is not None:
         cache.save_meta(root / f"{base}.json", meta)
-        types = cpu.output_types(program.typed.return_type, program.primal.returns_tuple)
-        return _transformed(name, primal, fwd, adj, meta, program.active, types)
-
-
-def _transformed(name, primal, forward, adjoint, meta, active, output_types=None):
-    t = Transformed(name, primal, forward, adjoint, meta["sources"], meta["returns_tuple"], meta["n_outputs"],
-                    active, meta["written_params"], meta["workspace"], output_types)
-    t._workspace_slots = tuple(meta["slots"])
-    return t
-
-
-def _source_of(module_src):
-    """The function part of a generated module (its header of imports left out)."""
-    return module_src[module_src.index("def "):]
+    types = cpu.output_types(program.typed.return_type, program.primal.returns_tuple)
+    return Transformed(name, primal, fwd, adj, meta, program.active, types)
 
 
 _PRIMALS = {}
 
 
-def _lazy_primal(path, source, origins, name, boundscheck):
+def _lazy_primal(path, source, origins, name, sites):
     primal = _PRIMALS.get(path)
     if primal is None:
-        primal = _PRIMALS[path] = LazyPrimal(path, source, origins, name, boundscheck)
+        primal = _PRIMALS[path] = LazyPrimal(path, source, origins, name, sites)
     return primal
 
 
@@ -423,16 +418,21 @@ class LazyPrimal:
     """The plain compiled primal, imported and compiled (or loaded from Numba's disk cache) only when
     first used: the gradient path never needs it. Calls and attributes are a `Checked` dispatcher's."""
 
-    def __init__(self, path, source, origins, name, boundscheck):
-        self._spec = (path, source, origins, name, boundscheck)
+    def __init__(self, path, source, origins, name, sites):
+        self.path, self.source, self.origins, self.name, self.sites = path, source, origins, name, sites
         self._checked = None
+
+    @property
+    def text(self):
+        """The primal function's source, without the module's header."""
+        return self.source[self.source.index("def "):]
 
     @property
     def checked(self):
         with _COMPILE_LOCK:
             if self._checked is None:
-                path, source, origins, name, boundscheck = self._spec
-                self._checked = Checked(cpu.import_jit(path, source, name, boundscheck), path, origins, name)
+                dispatcher = cpu.import_jit(self.path, self.source, self.name)
+                self._checked = Checked(dispatcher, self.path, self.origins, self.name, self.sites)
         return self._checked
 
     @property
@@ -448,8 +448,8 @@ class LazyPrimal:
         return getattr(self.checked.dispatcher, name)
 
 
-def _load(path, source, origins, name, boundscheck):
-    return tuple(Checked(cpu.import_jit(path, source, f"{name}_{kind}", boundscheck), path, origins, name)
+def _load(path, source, origins, name, sites):
+    return tuple(Checked(cpu.import_jit(path, source, f"{name}_{kind}"), path, origins, name, sites)
                  for kind in ("forward", "adjoint"))
 
 

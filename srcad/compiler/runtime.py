@@ -139,3 +139,40 @@ def _reciprocal_or_zero_overload(x):
     def scalar(x):
         return 1.0 / x if x > 0 else 0.0 * x
     return scalar
+
+
+def check_index(a, axis, i, site):
+    """Raise IndexError(site, i, size) unless -size <= i < size along `axis` of array `a`."""
+
+
+@overload(check_index, jit_options={"no_cpython_wrapper": True, "no_cfunc_wrapper": True})
+def _check_index_overload(a, axis, i, site):
+    if not isinstance(a, numba.types.Array):
+        return lambda a, axis, i, site: None      # a tuple indexed by a constant: typing checked it
+
+    def impl(a, axis, i, site):
+        n = a.shape[axis]
+        if i < -n or i >= n:
+            raise IndexError(site, i, n)
+    return impl
+
+
+def check_loop_index(a, axis, start, stop, step, scale, offset, site):
+    """Check, before a loop over range(start, stop, step) runs, the index `scale * i + offset` of
+    its first and last `i` (when it runs at all)."""
+
+
+@overload(check_loop_index, jit_options={"no_cpython_wrapper": True, "no_cfunc_wrapper": True})
+def _check_loop_index_overload(a, axis, start, stop, step, scale, offset, site):
+    if not isinstance(a, numba.types.Array):
+        return lambda a, axis, start, stop, step, scale, offset, site: None
+
+    def impl(a, axis, start, stop, step, scale, offset, site):
+        trips = trip_count(start, stop, step)
+        if trips > 0:
+            n = a.shape[axis]
+            for i in (start, start + (trips - 1) * step):
+                k = scale * i + offset
+                if k < -n or k >= n:
+                    raise IndexError(site, k, n)
+    return impl

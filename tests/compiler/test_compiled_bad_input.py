@@ -1,5 +1,6 @@
 """Bad input to @ad.function: a clear error naming the function and parameter, IEEE results like the
-eager tape, IndexError with boundscheck; never a Numba typing error, a None gradient or garbage (issue 9)."""
+eager tape, IndexError for an index out of range; never a Numba typing error, a None gradient or garbage
+(issue 9)."""
 
 import math
 
@@ -36,6 +37,36 @@ def sum_of_squares(x, n):
     s = 0.0
     for i in range(n):
         s += x[i] * x[i]
+    return s
+
+
+def guarded_reads(x, n, m):
+    s = 0.0
+    for i in range(n):
+        if i < m:
+            s += x[i]                   # never past x's end when m <= len(x), whatever n is
+    return s
+
+
+def inner_reads(x, n):
+    s = 0.0
+    for i in range(n):
+        for j in range(i):
+            s += x[i - 1] * 0.5         # only read when the inner loop runs
+    return s
+
+
+def gather(x, idx):
+    s = 0.0
+    for k in range(idx.shape[0]):
+        s += x[idx[k]] * x[idx[k]]
+    return s
+
+
+def shifted(x, y):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i] * y[i + 1]
     return s
 
 
@@ -114,23 +145,60 @@ def test_division_by_zero_log_and_sqrt_at_zero_follow_ieee_like_the_eager_tape()
     assert np.isinf(tape.gradient(compiled, variables[0]).numpy()[0])
 
 
-def test_index_out_of_range_raises_with_boundscheck_in_the_plain_call_and_the_gradient():
-    f = ad.function(sum_of_squares, boundscheck=True)
-    with pytest.raises(IndexError, match="sum_of_squares: an index is out of range"):
+def test_index_out_of_range_raises_in_the_plain_call_and_the_gradient():
+    f = ad.function(sum_of_squares)
+    message = r"sum_of_squares \(.*test_compiled_bad_input.py, line \d+\): index {} is out of range for axis 0 of " \
+              r"`x` \(size {}\) in `s \+= x\[i\] \* x\[i\]`"
+    with pytest.raises(IndexError, match=message.format(4, 3)):
         f(np.ones(3), 5)
-    with pytest.raises(IndexError, match="sum_of_squares: an index is out of range"):
+    with pytest.raises(IndexError, match=message.format(0, 0)):
         f(np.empty(0), 1)
     v = ad.Variable(np.ones(3))
     with ad.GradientTape():
-        with pytest.raises(IndexError, match="sum_of_squares: an index is out of range"):
+        with pytest.raises(IndexError, match=message.format(3, 3)):
             f(v, 4)
     assert f(np.ones(3), 3).numpy() == 3.0
+    x = ad.Variable(np.array([1.0, 2.0, 3.0]))
+    with ad.GradientTape() as tape:
+        y = f(x, 3)
+    np.testing.assert_array_equal(tape.gradient(y, x).numpy(), [2.0, 4.0, 6.0])
 
 
-def test_boundscheck_from_the_environment(monkeypatch):
-    monkeypatch.setenv("SRCAD_BOUNDSCHECK", "1")
-    with pytest.raises(IndexError, match="sum_of_squares: an index is out of range"):
-        ad.function(sum_of_squares)(np.ones(2), 3)
+def test_an_index_read_from_an_array_is_checked_where_it_is_used():
+    f = ad.function(gather)
+    with pytest.raises(IndexError, match=r"gather .*index 7 is out of range for axis 0 of `x` \(size 3\)"):
+        f(np.ones(3), np.array([0, 2, 7]))
+    assert f(np.array([1.0, 2.0, 3.0]), np.array([0, 2, -1])).numpy() == 1.0 + 9.0 + 9.0   # -1: the last, as in Python
+
+
+def test_checks_never_fire_where_python_would_not_read():
+    x = np.array([1.0, 2.0])
+    assert ad.function(guarded_reads)(x, 5, 2).numpy() == 3.0
+    inner = ad.function(inner_reads)
+    assert inner(np.empty(0), 1).numpy() == 0.0            # the inner loop never runs: x[-1] is never read
+    assert inner(x, 2).numpy() == 0.5 and inner_reads(x, 2) == 0.5
+
+
+def test_a_loop_index_is_checked_once_before_the_loop():
+    f = ad.function(shifted)
+    with pytest.raises(IndexError, match=r"index 4 is out of range for axis 0 of `y` \(size 4\) in "
+                                         r"`s \+= x\[i\] \* y\[i \+ 1\]`"):
+        f(np.ones(4), np.ones(4))
+    primal = ad.show_source(f, "primal")
+    loop = primal.index("for i in")
+    assert primal.count("check_loop_index(") == 2 and primal.rindex("check_loop_index(") < loop
+    assert "check_index(" not in primal
+    assert f(np.ones(4), np.ones(5)).numpy() == 4.0
+
+
+def test_checks_are_dropped_on_request(monkeypatch):
+    quiet = ad.function(shifted, boundscheck=False)
+    quiet(np.ones(4), np.ones(5))
+    assert "check_" not in ad.show_source(quiet, "primal")
+    monkeypatch.setenv("SRCAD_BOUNDSCHECK", "0")
+    from_env = ad.function(shifted)
+    from_env(np.ones(4), np.ones(5))
+    assert "check_" not in ad.show_source(from_env, "primal")
 
 
 def test_boundscheck_option_is_checked():

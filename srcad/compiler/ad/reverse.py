@@ -23,8 +23,8 @@ differentiated again.
 from numba.core import types as nt
 
 from ..analysis.types import rank, type_of
-from ..ir import (Accumulate, Assign, BinOp, Call, Const, For, Function, Global, If, Name, Pop, Push, Reserve, Stack,
-                  Store, Subscript, Tuple, While)
+from ..ir import (Accumulate, Assign, BinOp, Call, Const, Effect, For, Function, Global, If, Name, Pop, Push, Reserve,
+                  Stack, Store, Subscript, Tuple, While)
 from ..ir.visit import clone, defines, names_in, walk, written_array
 from ..opt.cleanup import live_in
 from .local import LocalAdjoints
@@ -279,6 +279,8 @@ class _Reverse:
             return (self._value_save(s, ctx, v)[0] if v and saving and self._saves(s) else []) + [_copy(s)]
         if isinstance(s, (Push, Reserve)):
             return [_copy(s)]
+        if isinstance(s, Effect):            # an index check: the re-run repeats none
+            return [] if mode == RERUN else [_copy(s)]
         if isinstance(s, If):
             return [If(s.cond, self._forward_block(s.body, ctx, mode), self._forward_block(s.orelse, ctx, mode),
                        s.origin)]
@@ -348,7 +350,7 @@ class _Reverse:
         if isinstance(s, (Accumulate, Pop, Push)):
             v = _bound(s, self.counters)
             return (self._value_save(s, ctx, v)[1] if v and self._saves(s) else []) + self.local.of(s)
-        if isinstance(s, Reserve):
+        if isinstance(s, (Reserve, Effect)):
             return []
         if isinstance(s, If):
             body, orelse = self._reverse_block(s.body, ctx), self._reverse_block(s.orelse, ctx)

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from numba.core import types as nt
 
 from ..errors import TransformError
-from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, For, If, Name, Pop, Push, Slice, Store, Subscript,
-                  While)
+from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Effect, For, If, Name, Pop, Push, Slice, Store,
+                  Subscript, While)
 from ..ir.forms import is_shape_entry
 from ..ir.visit import assigned, blocks, defines, names_in, reads, subexpressions, walk, written_array
 
@@ -282,6 +282,8 @@ def checkpoint_candidate(fn, loop, facts, active):
     stored = {written_array(t) for t in inner} - {None}
     value_read = set()
     for t in inner:
+        if isinstance(t, Effect):
+            continue            # an index check reads shapes, not values
         value_read |= (set().union(*(names_in(e) for e in (*t.index, t.value)))) if isinstance(t, Store) \
             else reads(t)
     external = stored - value_read
@@ -304,7 +306,7 @@ def _rewritten_first(fn, a, loop):
     inside = {id(t) for t in walk(loop.body)}
     allocations = []
     for t in walk(fn.body):
-        if id(t) in inside:
+        if id(t) in inside or isinstance(t, Effect):
             continue
         if isinstance(t, Assign) and t.target == a:
             allocations.append(t)
@@ -315,7 +317,7 @@ def _rewritten_first(fn, a, loop):
         return False
     lengths = _lengths(fn, a, allocations[0].value)
     for t in loop.body:
-        touched = set().union(*(reads(u) for u in walk([t])))
+        touched = set().union(*(reads(u) for u in walk([t]) if not isinstance(u, Effect)))
         if a not in touched:
             continue
         if isinstance(t, Store) and t.array == a and all(i == Slice() for i in t.index) \
@@ -328,6 +330,8 @@ def _rewritten_first(fn, a, loop):
         if len(stores) != 1 or stores[0].index != (Name(t.var),):
             return False
         for u in walk(t.body):
+            if isinstance(u, Effect):
+                continue
             if t.var in defines(u) or a in defines(u) or (isinstance(u, (For, While, If))):
                 return False
             if a in (set().union(*(names_in(e) for e in (*u.index, u.value))) if isinstance(u, Store) else reads(u)):

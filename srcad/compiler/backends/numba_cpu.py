@@ -29,8 +29,8 @@ import numpy as np
 import numba
 from numba import types
 from numba.typed import List
-from srcad.compiler.runtime import (grow, log_or_zero, power_slope, reciprocal_or_zero, stop_gradient, sum_into,
-                                    trip_count)
+from srcad.compiler.runtime import (check_index, check_loop_index, grow, log_or_zero, power_slope,
+                                    reciprocal_or_zero, stop_gradient, sum_into, trip_count)
 """
 
 
@@ -136,14 +136,13 @@ def module_source(functions, prefix):
 
 # ---- compiling ---------------------------------------------------------------------------------------
 
-def jit(function, boundscheck=False):
+def jit(function):
     # no_cfunc_wrapper: the C-callable wrapper Numba builds by default (for
     # first-class function values) is never used for generated code, and for a
     # forward that returns a large `saved` tuple it is a fifth of the LLVM IR.
     # error_model="numpy": x / 0, log(0), the adjoint of sqrt at 0 give inf and
     # nan, as the eager tape and NumPy do, instead of raising ZeroDivisionError.
-    return numba.njit(cache=True, no_cfunc_wrapper=True, error_model="numpy",
-                      boundscheck=boundscheck)(function)
+    return numba.njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")(function)
 
 
 def load_cached(dispatcher, args):
@@ -285,9 +284,9 @@ def infer_types(dispatcher, arg_types):
 
 
 
-def import_jit(path, source, name, boundscheck=False):
+def import_jit(path, source, name):
     """Function `name` of the generated module `source` (at `path`), as a Numba dispatcher."""
-    return jit(getattr(import_source(path, source), name), boundscheck)
+    return jit(getattr(import_source(path, source), name))
 
 
 def primal_types(dispatcher, arg_types, compile_it):

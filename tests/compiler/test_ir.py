@@ -1,0 +1,213 @@
+"""The compiler as IR passes: dumps after any pass, generated code differentiated again (second
+derivatives against finite differences), the saving policy and the clean-up seen in the IR."""
+import ast
+import math
+
+import numba
+import numpy as np
+import pytest
+
+import corpus
+import _transform_cases as C
+from srcad.compiler import pipeline
+from srcad.compiler.ad.vjp import vjp_function
+from srcad.compiler.ir import Function, Pop, Push
+from srcad.compiler.ir.visit import walk
+from srcad.testing import finite_differences
+
+rng = np.random.default_rng(11)
+
+
+def typed(args):
+    return tuple(numba.typeof(a) for a in args)
+
+
+def fresh(values):
+    return [v.copy() if isinstance(v, np.ndarray) else v for v in values]
+
+
+# ---- the passes -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("until", pipeline.PASS_NAMES)
+def test_every_pass_returns_ir_that_prints_as_python(until):
+    x = np.linspace(0.1, 0.6, 6)
+    program = pipeline.run(corpus.energy, typed((x,)), (True,), until=until)
+    assert all(isinstance(f, Function) for f in program.functions())
+    text = pipeline.dump(program)
+    ast.parse(text)
+    assert "# from line" in text
+    assert (program.forward is not None) == (pipeline.PASS_NAMES.index(until) >= pipeline.PASS_NAMES.index("reverse"))
+
+
+def test_unknown_pass_is_refused():
+    with pytest.raises(ValueError, match="no pass named 'typing'; the passes are lower, webs"):
+        pipeline.run(corpus.energy, typed((np.ones(3),)), (True,), until="typing")
+
+
+def test_analyses_are_stored_on_the_ir():
+    program = pipeline.run(corpus.energy, typed((np.ones(3),)), (True,), until="activity")
+    facts = program.primal.facts
+    assert facts["activity"]["active"] == {"x", "acc", "y", "r"}
+    assert facts["aliasing"]["written_params"] == []
+    assert program.primal.types["acc"] == numba.float64
+
+
+def test_comments_name_the_line_after_a_loop_with_break():
+    def after_break(x):
+        s = 0.0
+        while s < 10.0:
+            s = s * 2.0 + x
+            if s > 5.0:
+                break
+        t = s * 3.0
+        return t
+    forward = pipeline.run(after_break, (numba.float64,), (True,)).forward
+    text = pipeline.function_text(forward)
+    lines = text.splitlines()
+    k = next(i for i, line in enumerate(lines) if line.strip() == "t = s * 3.0")
+    assert lines[k - 1].strip().endswith("t = s * 3.0") and "# from line" in lines[k - 1]
+
+
+# ---- the saving policy and the clean-up -----------------------------------------------------------
+
+def test_design_example_keeps_one_buffer_and_reads_nothing_else():
+    program = pipeline.run(corpus.energy, typed((np.ones(4),)), (True,), until="cleanup")
+    forward, adjoint = program.forward, program.adjoint
+    assert list(forward.stacks) == ["r_stack"] and forward.workspace == ["r_stack"]
+    assert forward.facts["reverse"]["saved"] == ["y", "r_stack", "r_stack_top"]
+    pushes = [s for s in walk(forward.body) if isinstance(s, Push)]
+    assert [(p.stack, p.value.id) for p in pushes] == [("r_stack", "r")]
+
+
+def test_integrator_is_checkpointed_per_step_and_saves_no_intermediate():
+    args = corpus.case_by_name("rk4_lotka_volterra").make_args()
+    program = pipeline.run(corpus.rk4_lotka_volterra, typed(args), (True, True, True, False, False),
+                           until="cleanup")
+    forward, adjoint = program.forward, program.adjoint
+    assert sorted(forward.stacks) == ["x_stack", "y_stack"]
+    assert len(forward.facts["reverse"]["saved"]) <= 10
+    text = pipeline.function_text(adjoint)
+    assert "k1x = a * x - b * x * y" in text                    # the stages computed again
+    assert "= 0.0" not in text.split("for i in")[1]               # no adjoint zeroed then added to
+
+
+def test_saves_outside_loops_go_to_locals_and_while_loops_grow_their_stacks():
+    def once_then_while(x):
+        y = x * 2.0
+        z = y * y
+        if x > 0.0:
+            y = math.sin(z) + y      # y's old value is what z's adjoint reads: kept in a local
+        n = 0
+        while y < 3.0:
+            y = y * 1.5 + 0.1
+            n += 1
+        return y * n
+    program = pipeline.run(once_then_while, (numba.float64,), (True,), until="cleanup")
+    forward = program.forward
+    assert any(s.endswith("_saved") for s in forward.facts["reverse"]["saved"])
+    assert all(stack.checked for stack in forward.stacks.values())
+    text = pipeline.function_text(pipeline.run(once_then_while, (numba.float64,), (True,)).forward)
+    assert "grow(" in text.split("while more:")[1]
+
+
+def test_index_temporaries_are_computed_again_not_saved():
+    program = pipeline.run(C.loop_carried, typed((np.ones(5), 2)), (True, False), until="cleanup")
+    assert not any(name.startswith("t_") for name in program.forward.stacks)
+    assert "t = i - 1" in pipeline.function_text(program.adjoint)
+
+
+def test_forward_buffers_are_reused_once_their_gradient_is_gone():
+    import srcad as ad
+    f = ad.function(corpus.energy)
+    x = ad.Variable(np.linspace(0.1, 0.6, 50))
+    ids = []
+    for _ in range(3):
+        with ad.GradientTape() as tape:
+            y = f(x)
+        tape.gradient(y, x)
+        node_saved = f._last._pool[-1][0] if f._last._pool else None
+        ids.append(id(node_saved))
+        del tape, y
+    assert ids[1] == ids[2] and ids[1] != id(None)
+
+
+# ---- generated code differentiated again ------------------------------------------------------------
+
+def second_order_check(fn, args, active):
+    """The gradient function of `fn` (forward and adjoint IR as one function) transformed again:
+    its own gradient (a Hessian-vector product of `fn`) against finite differences of it."""
+    program = pipeline.run(fn, typed(args), active, until="accumulate")
+    grad_fn = vjp_function(program.forward, program.adjoint)
+    out = fn(*fresh(args))
+    outs = out if isinstance(out, tuple) else (out,)
+    d_outs = [rng.uniform(0.5, 1.5, np.shape(o)) if np.ndim(o) else float(rng.uniform(0.5, 1.5)) for o in outs]
+    values = list(args) + d_outs
+    second = pipeline.transform_function(grad_fn, typed(args) + typed(d_outs), tuple(active) + (True,) * len(d_outs))
+    grads = second.primal(*fresh(values))
+    ws = [rng.uniform(0.5, 1.5, np.shape(g)) if np.ndim(g) else float(rng.uniform(0.5, 1.5)) for g in grads]
+
+    def phi(a):
+        return sum(float(np.sum(w * g)) for w, g in zip(ws, second.primal(*fresh(a))))
+    _, saved = second.forward(*fresh(values))
+    dd = second.adjoint(*fresh(values), saved, tuple(ws))
+    k = 0
+    for i, a in enumerate(tuple(active) + (True,) * len(d_outs)):
+        if a:
+            np.testing.assert_allclose(dd[k], finite_differences(phi, tuple(values), i), rtol=1e-5, atol=1e-6,
+                                       err_msg=f"second derivative, argument {i}")
+            k += 1
+    return second
+
+
+SECOND_ORDER = ["energy", "loop_range1", "while_bounded", "loop_break", "branch_in_loop", "nested_loops",
+                "arr_recurrence_inplace", "arr_slice_write", "arr_matvec", "softmax_xent", "heat_explicit",
+                "rk4_lotka_volterra", "helper_in_loop", "arr_overwrite_repeated"]
+
+
+@pytest.mark.parametrize("name", SECOND_ORDER)
+def test_generated_code_is_differentiated_again(name):
+    case = corpus.case_by_name(name)
+    args = case.make_args()
+    second_order_check(case.fn, args, tuple(k in case.active for k in range(len(args))))
+
+
+def elementwise_rules(x, y):
+    """Every elementwise rule of the compiled table, at second order."""
+    s = np.sum(np.sin(x) + np.cos(x) + np.tan(x) + np.exp(x) + np.expm1(x) + np.exp2(x) + np.log(x) + np.log1p(x))
+    s += np.sum(np.log2(x) + np.log10(x) + np.sqrt(x) + np.cbrt(x) + np.tanh(x) + np.sinh(x) + np.cosh(x))
+    s += np.sum(np.arcsin(x) + np.arccos(x) + np.arctan(x) + np.arcsinh(x) + np.arccosh(x + 1.5) + np.arctanh(x))
+    s += np.sum(np.abs(x - 0.5) + np.square(x) + np.reciprocal(x) + np.deg2rad(x) + np.rad2deg(x) * 0.01)
+    s += np.sum(x ** y + np.power(y, x) + np.arctan2(x, y) + np.hypot(x, y) + np.logaddexp(x, y))
+    s += np.sum(np.logaddexp2(x, y) + np.maximum(x, y) * np.minimum(x, y) + x / y + x % 0.3)
+    for i in range(x.shape[0]):
+        s += math.erf(x[i]) * math.erfc(y[i]) + math.atan2(y[i], x[i]) + max(x[i], y[i]) ** 2
+    return s
+
+
+def test_every_elementwise_rule_at_second_order():
+    x = np.array([0.21, 0.37, 0.52, 0.69])
+    y = np.array([0.93, 0.58, 0.77, 0.41])
+    second_order_check(elementwise_rules, (x, y), (True, True))
+
+
+def array_rules(a, b, v):
+    c = a @ b
+    d = np.dot(np.transpose(a), c) @ np.transpose(b) + np.outer(v, v)
+    return np.sum(c * c) + np.mean(np.tanh(d)) + np.sum(np.sum(d, axis=0) ** 2) + np.max(v) * np.linalg.norm(v)
+
+
+def test_array_rules_at_second_order():
+    a, b, v = rng.uniform(-1, 1, (3, 4)), rng.uniform(-1, 1, (4, 2)), np.array([0.3, -0.2, 0.9, 0.1])
+    second_order_check(array_rules, (a, b, v), (True, True, True))
+
+
+def test_stacks_have_rules_of_their_own():
+    """The gradient function pushes in its first half and pops in its second: its own reverse sweep
+    pops the adjoints of what was pushed (Push's rule) and pushes those of what was popped (Pop's)."""
+    args = corpus.case_by_name("energy").make_args()
+    program = pipeline.run(corpus.energy, typed(args), (True,), until="accumulate")
+    grad_fn = vjp_function(program.forward, program.adjoint)
+    assert any(isinstance(s, Push) for s in walk(grad_fn.body)) and any(isinstance(s, Pop) for s in walk(grad_fn.body))
+    second = second_order_check(corpus.energy, args, (True,))
+    adjoint = second.source("adjoint")
+    assert "d_r_stack" in adjoint
