@@ -160,6 +160,18 @@ def constant_branch_array(x):
     return np.sum(y)
 
 
+# ---- a loop run again from its start in the reverse sweep, saving whole regions as it goes ----
+
+def fresh_array_updated_in_slices(x, w):
+    total = 0.0
+    for i in range(w.shape[0]):
+        buf = x * w[i]                                   # made afresh each iteration: checkpointed
+        for j in range(3):
+            buf[1:] = buf[:-1] * 0.5 + np.sin(buf[1:])   # regions saved and restored, iteration after iteration
+        total += np.sum(buf * buf)
+    return total
+
+
 # ---- common Numba idioms that were refused or crashed ----
 
 def rebind_array_to_scalar(x):

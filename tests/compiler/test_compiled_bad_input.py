@@ -63,6 +63,14 @@ def gather(x, idx):
     return s
 
 
+def triangle(x, d, m):
+    s = 0.0
+    for col in range(d):
+        for row in range(col + 1, m):
+            s += x[row] * x[col]
+    return s
+
+
 def shifted(x, y):
     s = 0.0
     for i in range(x.shape[0]):
@@ -189,6 +197,18 @@ def test_a_loop_index_is_checked_once_before_the_loop():
     assert primal.count("check_loop_index(") == 2 and primal.rindex("check_loop_index(") < loop
     assert "check_index(" not in primal
     assert f(np.ones(4), np.ones(5)).numpy() == 4.0
+
+
+def test_checks_of_triangular_loops_are_made_once_and_exactly():
+    f = ad.function(triangle)
+    x = np.arange(1.0, 5.0)
+    assert f(x, 4, 4).numpy() == triangle(x, 4, 4)
+    assert f(x, 9, 4).numpy() == triangle(x, 9, 4)         # col >= 3: the inner loop never runs, x[col] never read
+    with pytest.raises(IndexError, match=r"index 4 is out of range for axis 0 of `x` \(size 4\) in "
+                                         r"`s \+= x\[row\] \* x\[col\]`"):
+        f(x, 2, 5)
+    primal = ad.show_source(f, "primal")
+    assert primal.index("check_loop_index(x, 0, 1, m") < primal.index("for col in")   # the rows, once
 
 
 def test_checks_are_dropped_on_request(monkeypatch):

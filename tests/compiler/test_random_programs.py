@@ -9,7 +9,9 @@ NumPy expressions and slices, and undecorated helpers (some calling other
 helpers); and the families that once gave silently wrong gradients: slices
 whose shape changes from one loop iteration to the next, in-place operators
 through aliases and helper parameters, copies within one array whose source
-and destination overlap, and branches on module-level constants.  Every value stays in a safe domain (no log/sqrt of negatives:
+and destination overlap, branches on module-level constants, and arrays made
+afresh in each iteration of a loop then updated region by region (the loop
+is run again in the reverse sweep).  Every value stays in a safe domain (no log/sqrt of negatives:
 ``exp(sin(.))``, ``tanh``, ``log(e*e + 1)``, ``sqrt(e*e + 1)``, ``e / (e*e + 1)``).
 
 Cost: one compile is the expensive part, so each generated *program* is a
@@ -339,6 +341,21 @@ def frag_constant_branch(g, scalars):
     return lines, s
 
 
+def frag_rerun_regions(g, scalars):
+    """An outer loop whose iterations make a fresh array and update it in place, region after region:
+    checkpointed, the reverse sweep runs each iteration again and saves the regions it overwrites."""
+    s, w = g.name("s"), g.name("w")
+    k = g.draw(st.integers(1, 3))
+    region = g.draw(st.sampled_from(["[1:] = %s[:-1] * 0.5 + np.sin(%s[1:])", "[:-1] = np.tanh(%s[1:]) + %s[:-1]",
+                                     "[::2] = %s[::2] * %s[::2]"]))
+    lines = ["%s = 0.0" % s, "for i in range(%d):" % g.draw(st.integers(1, 3)),
+             "    %s = %s * (%s + x[i])" % (w, g.draw(st.sampled_from(["x", "y"])), g.expr(scalars, 1)),
+             "    for j in range(%d):" % k,
+             "        %s%s" % (w, region % (w, w)),
+             "    %s += np.sum(%s * y)" % (s, w)]
+    return lines, s
+
+
 class _Helpers:
     def __init__(self):
         self.defs = []
@@ -374,7 +391,7 @@ def frag_helper(g, scalars, helpers):
 
 _FRAGS = [frag_straight, frag_loop, frag_array_overwrite, frag_branch, frag_while,
           frag_break_continue, frag_numpy, "helper", frag_moving_slices, "inplace_alias", frag_overlap_copy,
-          frag_constant_branch]
+          frag_constant_branch, frag_rerun_regions]
 
 
 @st.composite

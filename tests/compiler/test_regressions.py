@@ -36,6 +36,7 @@ CASES = [
     Case(R.copy_same_element, A(vec(6), 2, 2), name="copy_same_element_equal"),
     Case(R.copy_same_element, A(vec(6), 2, 4), name="copy_same_element_distinct"),
     Case(R.shift_back, A(vec(6))),
+    Case(R.fresh_array_updated_in_slices, A(vec(5), vec(4)), active=(0, 1)),
     Case(R.constant_branch_in_loop, A(vec(6), 0.1), active=(0, 1)),
     Case(R.constant_branch_array, A(vec(6))),
     Case(R.rebind_array_to_scalar, A(vec(5))),
@@ -70,14 +71,14 @@ def test_inplace_update_changes_the_callers_array_outside_a_tape():
 
 def test_constant_branch_is_folded_before_differentiating():
     import srcad as ad
-    f = decorated(CASES[13])
+    f = decorated(CASES[14])
     f(vec(6), 0.1)
     text = ad.show_source(f, "forward")
     assert "damping" not in text and "ORDER" not in text and "2 > 1" not in text
 
 
 def test_default_argument_values_are_used():
-    f = decorated(CASES[19])
+    f = decorated(CASES[20])
     x = vec(4)
     assert float(f(x.copy()).numpy()) == pytest.approx(R.dtype_and_defaults(x.copy()), rel=1e-12)
 

@@ -19,8 +19,8 @@ from numba.core import types as nt
 
 from ..analysis.types import rank, type_of
 from ..errors import TransformError, where
-from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Global, Name, Pop, Push, Store, Subscript, Tuple,
-                  UnaryOp)
+from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Global, Name, Pop, Push, Slice, Store, Subscript,
+                  Tuple, UnaryOp)
 from ..ir.forms import is_atom, is_tree, leaves
 from ..ir.visit import children, defines, names_in, own_exprs, subexpressions, walk
 from .rules import ARRAY_RULES, ELEMENTWISE, NONDIFF, instantiate, is_elementwise, partials_of
@@ -29,10 +29,12 @@ _SHAPE_ONLY_CALLS = frozenset({"np.zeros_like", "np.empty_like", "np.shape", "np
 
 
 class LocalAdjoints:
-    """The adjoints of the statements of `fn` (typed, with activity), memoized per statement."""
+    """The adjoints of the statements of `fn` (typed, with activity), memoized per statement.
+    `shape_varying`: arrays whose bindings may differ in shape (their adjoints are made again)."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, shape_varying=frozenset()):
         self.fn = fn
+        self.shape_varying = shape_varying
         self.active = fn.facts["activity"]["active"]
         self.d = {}
         self.memo = {}
@@ -52,7 +54,15 @@ class LocalAdjoints:
         return self.locals[key]
 
     def zero(self, v):
-        """The adjoint of `v` set back to zero: a new array shaped like `v`'s value now, or 0.0."""
+        """The adjoint of `v` set back to zero: 0.0; for an array, zeroed in place, or made again shaped
+        like the binding `v` has now where bindings may differ in shape."""
+        ty = self.fn.types.get(v)
+        if isinstance(ty, nt.Array) and v not in self.shape_varying:
+            return Store(self.adjoint_name(v), (Slice(),) * ty.ndim, Const(0.0))
+        return self.initial(v)
+
+    def initial(self, v):
+        """The adjoint of `v` made: zeros shaped like `v`'s value now, or 0.0."""
         if isinstance(self.fn.types.get(v), nt.Array):
             return Assign(self.adjoint_name(v), Call("np.zeros_like", (Name(v),)))
         return Assign(self.adjoint_name(v), Const(0.0))

@@ -61,9 +61,9 @@ class _Reverse:
         self.fn = fn
         self.policy = policy
         self.types = fn.types
-        self.local = LocalAdjoints(fn)
-        self.active = fn.facts["activity"]["active"]
         self.facts = loop_facts(fn)
+        self.local = LocalAdjoints(fn, self.facts.shape_varying)
+        self.active = fn.facts["activity"]["active"]
         self.undo = {id(s): u for s in walk(fn.body) if (u := undo_of(s, self.types, self.facts.stable))}
         self.counters = {}           # id(While) -> the name counting its iterations
         for s in walk(fn.body):
@@ -409,7 +409,7 @@ class _Reverse:
         fn = self.fn
         d_outs = [fn.names.fresh(f"d_out{k}" if fn.returns_tuple else "d_out") for k in range(len(fn.outputs))]
         params = fn.facts["activity"]["params"]
-        zeros = [self.local.zero(v) for v in sorted(self.active | set(params), key=lambda n: (n not in params, n))
+        zeros = [self.local.initial(v) for v in sorted(self.active | set(params), key=lambda n: (n not in params, n))
                  if v not in fn.stacks]
         copies = [Assign(a, Call("np.copy", (Name(a),))) for a in sorted(self.restored)]
         seeds = []
@@ -433,7 +433,8 @@ class _Reverse:
             stacks[d] = Stack(fn.stacks[v].item, fn.names.fresh(f"{d}_top"), checked=True)
         return Function(f"{fn.name}_adjoint", fn.params + saved + d_outs, copies + zeros + seeds + body,
                         grads, True, types, stacks,
-                        {"reverse": {"saved": saved, "d_outs": d_outs, "forward_stacks": dict(self.stacks[self.top])}},
+                        {"reverse": {"saved": saved, "d_outs": d_outs, "forward_stacks": dict(self.stacks[self.top]),
+                                     "adjoints": set(self.local.d.values())}},
                         fn.names, [], fn.sources)
 
 

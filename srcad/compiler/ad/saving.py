@@ -268,18 +268,18 @@ class Checkpoint:
 
 def checkpoint_candidate(fn, loop, facts, active):
     """A Checkpoint for `loop` if its iterations can be run again from their scalars alone, else None:
-    every array it writes is scratch (rewritten first in each iteration) or external (never read in
-    it), and it binds no array name (only scalars are saved per iteration)."""
+    every array it writes is scratch (rewritten first in each iteration), made afresh in the
+    iteration, or external (never read in it), and every array name it binds is made afresh in the
+    iteration before it is read (so only scalars are saved per iteration)."""
     inner = list(walk(loop.body))
     if not any(defines(t) & active or written_array(t) in active for t in inner):
         return None
-    if any(isinstance(t, (Push, Pop, Accumulate)) for t in inner):
+    if any(isinstance(t, (Push, Pop, Accumulate, While)) for t in inner):
         return None
-    if any(isinstance(t, Assign) and isinstance(fn.types.get(t.target), nt.Array) for t in inner):
+    arrays = {t.target for t in inner if isinstance(t, Assign) and isinstance(fn.types.get(t.target), nt.Array)}
+    if arrays & _exposed(loop.body) or not all(_made_afresh(fn, a, inner) for a in arrays):
         return None
-    if any(isinstance(t, While) for t in inner):
-        return None
-    stored = {written_array(t) for t in inner} - {None}
+    stored = {written_array(t) for t in inner} - {None} - arrays
     value_read = set()
     for t in inner:
         if isinstance(t, Effect):
@@ -291,6 +291,45 @@ def checkpoint_candidate(fn, loop, facts, active):
     if not all(_rewritten_first(fn, a, loop) for a in scratch):
         return None
     return Checkpoint(loop, scratch, external, assigned(loop.body) | {loop.var})
+
+
+_VIEWS = frozenset({"srcad.stop_gradient", "np.transpose", "np.asarray", "np.ravel", "np.reshape",
+                    "np.ascontiguousarray", ".astype"})
+
+
+def _made_afresh(fn, a, inner):
+    """Every binding of array `a` among statements `inner` is a new array (an arithmetic result, an
+    allocation, a copy: never a view of another array), and `a` shares memory with nothing."""
+    groups = fn.facts.get("aliasing", {}).get("groups", {})
+    if len(groups.get(a, {a})) > 1:
+        return False
+    for t in inner:
+        if isinstance(t, Assign) and t.target == a:
+            v = t.value
+            if isinstance(v, (Name, Subscript)) or (isinstance(v, Call) and v.fn in _VIEWS) or a in names_in(v):
+                return False
+    return True
+
+
+def _exposed(stmts, defined=frozenset()):
+    """Names `stmts` read before binding them on every path (index checks read no values)."""
+    exposed = set()
+
+    def block(body, defined):
+        defined = set(defined)
+        for t in body:
+            if isinstance(t, Effect):
+                continue
+            exposed.update(n for n in reads(t) if n not in defined)
+            if isinstance(t, If):
+                defined |= block(t.body, defined) & block(t.orelse, defined)
+            elif isinstance(t, (For, While)):
+                block(t.body, defined | defines(t))
+            else:
+                defined |= defines(t)
+        return defined
+    block(stmts, defined)
+    return exposed
 
 
 def _rewritten_first(fn, a, loop):

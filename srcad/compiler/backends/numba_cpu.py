@@ -78,8 +78,9 @@ def _lowered(fn, s):
                    [], s.origin)]
     if isinstance(s, Push):
         bump = Assign(stack.top, BinOp("+", top, Const(1)), s.origin)
-        if _is_list(stack.item):
-            return [Effect(Call(".append", (buf, s.value)), s.origin), bump]
+        if _is_list(stack.item):     # a list popped and pushed again is written at its height, not appended to
+            return [If(Compare("<", top, Call("len", (buf,))), [Store(s.stack, (top,), s.value, s.origin)],
+                       [Effect(Call(".append", (buf, s.value)), s.origin)], s.origin), bump]
         room = []
         if stack.checked:
             room = [If(Compare("==", top, Call("len", (buf,))),

@@ -7,9 +7,10 @@ it can change rather than once per access:
 * an index that does not change in the loop around the access (`x[k]` in
   a loop over `i`) is checked once before the loop;
 * an index that is the loop's own index plus a constant or a value that
-  does not change in the loop (`x[i]`, `y[i - 1]`, `w[i + off]`) is checked
-  once before the loop, at its first and last value, when the access runs
-  on every iteration;
+  does not change in the loop (`x[i]`, `y[i - 1]`, `w[i + off]`), or a
+  counter the loop steps once per iteration (`idx += 1`), is checked once
+  before the loop, at its first and last value, when the access runs on
+  every iteration;
 * any other index (`q[k, idx]` with `idx` a counter, an index read from an
   array) is checked where it is used.
 
@@ -22,6 +23,7 @@ the axis and the index (`site_message`).
 from ..ir import Assign, BinOp, Call, Const, Effect, For, Name, Slice, Subscript
 from ..ir.forms import is_shape_entry
 from ..ir.visit import assigned, blocks, own_exprs, subexpressions
+from .lower import folded
 
 
 def insert_index_checks(fn):
@@ -39,23 +41,34 @@ def _block(fn, stmts, loop, sites):
     steps = {}            # names bound so far in this iteration to the loop index plus a fixed offset
     changing = assigned(loop.body) | {loop.var} if loop is not None else set()
     once = {n for n in changing if sum(n in assigned([t]) for t in loop.body) == 1} if loop is not None else set()
+    counters = _counters(loop, once) if loop is not None else {}
+    stepped = set()       # counters already stepped in this iteration
     for s in stmts:
         before = []
         for array, axis, index in _accesses(s):
-            span = _loop_span(loop, array, steps.get(index, index))
+            span = _counter_span(loop, array, index, counters, stepped) if index in counters else \
+                _loop_span(loop, array, steps.get(index, index))
             if span is None:
                 before.append(_check("srcad.check_index", (Name(array), Const(axis), index), s, sites))
-            elif not any(c.call.args[:-1] == (Name(array), Const(axis)) + span for c in hoisted):
+            elif not any(c.call.args[:7] == (Name(array), Const(axis)) + span for c in hoisted):
                 # one check before the loop per array, axis and index range
-                hoisted.append(_check("srcad.check_loop_index", (Name(array), Const(axis)) + span, s, sites))
+                hoisted.append(_check("srcad.check_loop_index", (Name(array), Const(axis)) + span, s, sites,
+                                      Const(1)))
         if isinstance(s, For):
-            before += _block(fn, s.body, s, sites)
+            for check in _block(fn, s.body, s, sites):
+                widest = _widest(check, loop, changing, steps) if loop is not None else None
+                if widest is None:
+                    before.append(check)
+                elif not any(c.call.args[:7] == widest.call.args[:7] for c in hoisted):
+                    hoisted.append(_outside(widest, loop))
         else:
             for b in blocks(s):
                 _block(fn, b, None, sites)
         if loop is not None and isinstance(s, Assign) and s.target in once and \
                 _offset_from(s.value, loop.var, changing) is not None:
             steps[Name(s.target)] = s.value
+        if isinstance(s, Assign) and Name(s.target) in counters:
+            stepped.add(Name(s.target))
         out += before + [s]
     stmts[:] = out
     return hoisted
@@ -97,6 +110,37 @@ def _loop_span(loop, array, index):
     return loop.start, loop.stop, loop.step, scale, offset
 
 
+def _counters(loop, once):
+    """{Name(v): c} for the names `loop` steps by a constant once per iteration (`v += c` at the top
+    level of its body, nothing else binding them), when the loop goes by +1 or -1."""
+    if loop.step not in (Const(1), Const(-1)):
+        return {}
+    found = {}
+    for s in loop.body:
+        if isinstance(s, Assign) and s.target in once and isinstance(s.value, BinOp) and s.value.op == "+" \
+                and s.value.left == Name(s.target) and isinstance(s.value.right, Const) \
+                and type(s.value.right.value) is int:
+            found[Name(s.target)] = s.value.right.value
+    return found
+
+
+def _counter_span(loop, array, counter, counters, stepped):
+    """The span of a stepped counter: at loop index i it holds v0 + c * (i - start) / step (plus c once
+    stepped in this iteration), v0 its value on entry."""
+    if array in assigned(loop.body):
+        return None
+    c = counters[counter]
+    step = loop.step.value
+    extra = c if counter in stepped else 0
+    if isinstance(loop.start, Const):
+        shift = extra - c * step * loop.start.value
+        offset = counter if shift == 0 else BinOp("+", counter, Const(shift))
+    else:
+        base = counter if extra == 0 else BinOp("+", counter, Const(extra))
+        offset = BinOp("-", base, loop.start if c * step == 1 else BinOp("*", Const(c * step), loop.start))
+    return loop.start, loop.stop, loop.step, Const(c * step), offset
+
+
 def _offset_from(index, var, changing):
     """`c` when `index` is `var + c`, `c + var` or `var - c` (as `-c`) with `c` fixed in the loop."""
     if index == Name(var):
@@ -116,9 +160,56 @@ def _negated(e):
     return Const(-e.value) if isinstance(e, Const) else BinOp("-", Const(0), e)
 
 
-def _check(helper, args, s, sites):
+def _check(helper, args, s, sites, *more):
     site = _site(sites, s, args[0].id, args[1].value)
-    return Effect(Call(helper, args + (Const(site),)), s.origin)
+    return Effect(Call(helper, args + (Const(site),) + more), s.origin)
+
+
+def _widest(check, loop, changing, steps):
+    """`check` (made before an inner loop in `loop`'s body) as one check covering every iteration of
+    `loop`, or None. Exact in two cases: it is the same on every iteration; or only the inner loop's
+    range moves with `loop`'s index, one end fixed (`range(i + 1, n)`, `range(0, i)`), so the inner
+    ranges nest and the widest, at `loop`'s first or last iteration, holds them all."""
+    a, axis, start, stop, step, scale, offset, site, runs = check.call.args
+    if not _names_of(check.call) & changing:
+        return check
+    if scale == Const(0) and not any(_names_of(e) & changing for e in (a, axis, start, stop, step, runs)):
+        # one index per iteration of `loop`, moving with it: a span over `loop` instead, when the
+        # inner loop runs (its range is the same on every iteration)
+        shift = _offset_from(offset, loop.var, changing)
+        if shift is not None and isinstance(loop.step, Const):
+            inner = Call("srcad.trip_count", (start, stop, step))
+            return Effect(Call(check.call.fn, (a, axis, loop.start, loop.stop, loop.step, Const(1), shift, site,
+                                               inner if runs == Const(1) else Call("min", (runs, inner)))),
+                          check.origin)
+    fixed = (a, axis, scale, offset, site, runs)
+    if step != Const(1) or loop.step != Const(1) or any(_names_of(e) & changing for e in fixed):
+        return None
+    start, stop = steps.get(start, start), steps.get(stop, stop)
+    moving = [k for k, e in ((0, start), (1, stop)) if _names_of(e) & changing]
+    if len(moving) != 1:
+        return None
+    k = moving[0]
+    shift = _offset_from((start, stop)[k], loop.var, changing)
+    if shift is None:
+        return None
+    edge = loop.start if k == 0 else BinOp("-", loop.stop, Const(1))
+    at = folded(BinOp("+", edge, shift)) if shift != Const(0) else edge
+    bounds = (at, stop) if k == 0 else (start, at)
+    return Effect(Call(check.call.fn, (a, axis) + bounds + (step, scale, offset, site, runs)), check.origin)
+
+
+def _outside(check, loop):
+    """A check made before `loop` instead of before an inner loop in its body: it must still run only
+    when `loop` runs (its last argument counts the runs it depends on)."""
+    *args, runs = check.call.args
+    trips = Call("srcad.trip_count", (loop.start, loop.stop, loop.step))
+    runs = trips if runs == Const(1) else Call("min", (runs, trips))
+    return Effect(Call(check.call.fn, tuple(args) + (runs,)), check.origin)
+
+
+def _names_of(e):
+    return {x.id for x in subexpressions(e) if isinstance(x, Name)}
 
 
 def _site(sites, s, array, axis):

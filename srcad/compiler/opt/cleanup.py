@@ -14,7 +14,7 @@ Stores into arrays stay: an array may be a view of another.
 """
 from ..front.lower import folded
 from ..ir import Accumulate, Assign, BinOp, Compare, Const, For, If, Name, Pop, Push, Reserve, Tuple, UnaryOp, While
-from ..ir.visit import all_blocks, map_exprs, names_in, rebuild, reads, walk
+from ..ir.visit import all_blocks, map_exprs, names_in, rebuild, reads, walk, written_array
 
 
 # ---- liveness -----------------------------------------------------------------------------------
@@ -73,15 +73,17 @@ def _live_before(s, live, marks):
 # ---- dead code ----------------------------------------------------------------------------------
 
 def eliminate_dead_code(fn, live_out=None):
-    """Remove, in place, assignments nobody reads and stacks whose restores nobody reads."""
+    """Remove, in place, assignments nobody reads, stacks whose restores nobody reads, and writes into
+    the adjoint's own arrays nobody reads (no other name can share their memory)."""
     outputs = set().union(*(names_in(o) for o in fn.outputs)) if live_out is None else set(live_out)
+    private = set(fn.facts.get("reverse", {}).get("adjoints", ()))
     while True:
         marks = {}
         live_in(fn.body, outputs, marks)
         dead_stacks = _dead_stacks(fn, marks)
         changed = False
         for block in all_blocks(fn.body):
-            kept = [s for s in block if not _dead(s, marks, dead_stacks)]
+            kept = [s for s in block if not _dead(s, marks, dead_stacks, private)]
             kept = [s for s in kept if not (isinstance(s, (For, While, If)) and _empty(s))]
             if len(kept) != len(block):
                 block[:] = kept
@@ -92,12 +94,15 @@ def eliminate_dead_code(fn, live_out=None):
             return fn
 
 
-def _dead(s, marks, dead_stacks):
+def _dead(s, marks, dead_stacks, private):
     after = marks.get(id(s), frozenset())
     if isinstance(s, Assign):
         return s.target not in after
     if isinstance(s, Accumulate) and isinstance(s.target, Name):
         return s.target.id not in after
+    array = written_array(s)
+    if array in private and not isinstance(s, Pop):
+        return array not in after
     if isinstance(s, (Push, Pop, Reserve)):
         return s.stack in dead_stacks
     return False
