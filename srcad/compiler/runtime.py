@@ -143,8 +143,7 @@ def _reciprocal_or_zero_overload(x):
 
 @numba.njit(cache=True, no_cfunc_wrapper=True, inline="never")
 def index_error(site, index, size):
-    """Raise the IndexError of a failed check. A function of its own, so that the code doing the check
-    keeps only a call on a path it never takes (raising in place costs the hot loops ~15%)."""
+    """Raise the IndexError of a failed check (site, index, size); `Checked` words the message."""
     raise IndexError(site, index, size)
 
 

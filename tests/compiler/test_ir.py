@@ -72,7 +72,7 @@ def test_comments_name_the_line_after_a_loop_with_break():
 
 def test_design_example_keeps_one_buffer_and_reads_nothing_else():
     program = pipeline.run(corpus.energy, typed((np.ones(4),)), (True,), until="cleanup")
-    forward, adjoint = program.forward, program.adjoint
+    forward = program.forward
     assert list(forward.stacks) == ["r_stack"] and forward.workspace == ["r_stack"]
     assert forward.facts["reverse"]["saved"] == ["y", "r_stack", "r_stack_top"]
     pushes = [s for s in walk(forward.body) if isinstance(s, Push)]

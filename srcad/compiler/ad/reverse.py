@@ -25,7 +25,7 @@ from numba.core import types as nt
 from ..analysis.types import rank, type_of
 from ..ir import (Accumulate, Assign, BinOp, Call, Const, Effect, For, Function, Global, If, Name, Pop, Push, Reserve,
                   Stack, Store, Subscript, Tuple, While)
-from ..ir.visit import clone, defines, names_in, walk, written_array
+from ..ir.visit import blocks, clone, names_in, walk, written_array
 from ..opt.cleanup import live_in
 from .local import LocalAdjoints
 from .saving import CPU, checkpoint_candidate, loop_facts, refuse_unsized, required_before, trip_count, undo_of
@@ -164,7 +164,7 @@ class _Reverse:
             for s in stmts:
                 total += weight if self._saves(s) else 0
                 inner = weight * 10 if isinstance(s, (For, While)) else weight
-                total += sum(cost(b, inner) for b in _blocks(s))
+                total += sum(cost(b, inner) for b in blocks(s))
             return total
         return cost(loop.body, 1)
 
@@ -461,14 +461,6 @@ def _region(s):
 def _has_adjoint(s):
     """Statements whose own adjoint `LocalAdjoints.of` builds (the others are control flow)."""
     return isinstance(s, (Assign, Store, Accumulate, Push, Pop))
-
-
-def _blocks(s):
-    if isinstance(s, If):
-        return [s.body, s.orelse]
-    if isinstance(s, (For, While)):
-        return [s.body]
-    return []
 
 
 def _shallow(stmts):

@@ -167,28 +167,39 @@ def coalesce_copies(fn):
     for s in walk(fn.body):
         if isinstance(s, Assign):
             defs[s.target] = defs.get(s.target, 0) + 1
+
+    def coalesce(block, k):
+        s = block[k]
+        temp = s.value.id
+        if temp not in fn.names.made or uses.get(temp) != 1 or defs.get(temp) != 1 or s.inplace:
+            return False
+        j = _binding_before(block, k, temp, lambda u: s.target in reads(u) or s.target in _kill(u))
+        if j is None or s.target in names_in(block[j].value):
+            return False
+        block[j].target = s.target
+        del block[k]
+        return True
+    _each_copy(fn, coalesce)
+    return fn
+
+
+def _each_copy(fn, rewrite):
+    """Offer every copy `a = b` of `fn` to `rewrite(block, k)`, which returns True when it removed it."""
     for block in all_blocks(fn.body):
         k = 0
         while k < len(block):
             s = block[k]
-            if isinstance(s, Assign) and isinstance(s.value, Name) and s.value.id in fn.names.made \
-                    and uses.get(s.value.id) == 1 and defs.get(s.value.id) == 1 and not s.inplace:
-                j = _definition_before(block, k, s.value.id, s.target)
-                if j is not None:
-                    block[j].target = s.target
-                    del block[k]
-                    continue
-            k += 1
-    return fn
+            if not (isinstance(s, Assign) and isinstance(s.value, Name) and rewrite(block, k)):
+                k += 1
 
 
-def _definition_before(block, k, temp, target):
-    """Index of `temp = ...` earlier in `block` with nothing in between reading or binding `target`."""
+def _binding_before(block, k, name, stops):
+    """Index of the last `name = ...` before `block[k]`, unless a statement in between `stops`."""
     for j in range(k - 1, -1, -1):
         t = block[j]
-        if isinstance(t, Assign) and t.target == temp:
-            return j if target not in names_in(t.value) else None
-        if any(target in reads(u) or target in _kill(u) for u in walk([t])):
+        if isinstance(t, Assign) and t.target == name:
+            return j
+        if any(stops(u) for u in walk([t])):
             return None
     return None
 
@@ -241,27 +252,15 @@ def _zeros_through(stmts, zero, scalars, rewrite):
 def drop_restores_of_unchanged(fn):
     """`k = v ... v = k` with `v` not rebound in between (a save around code that is gone): the
     restore goes, and the save with it when nothing else reads `k`."""
-    for block in all_blocks(fn.body):
-        k = 0
-        while k < len(block):
-            s = block[k]
-            if isinstance(s, Assign) and isinstance(s.value, Name):
-                j = _unchanged_since_saved(block, k, s.target, s.value.id)
-                if j is not None:
-                    del block[k]
-                    continue
-            k += 1
+    def restore(block, k):
+        v, keep = block[k].target, block[k].value.id
+        j = _binding_before(block, k, keep, lambda u: v in _kill(u) or keep in _kill(u))
+        if j is None or block[j].value != Name(v):
+            return False
+        del block[k]
+        return True
+    _each_copy(fn, restore)
     return fn
-
-
-def _unchanged_since_saved(block, k, v, keep):
-    for j in range(k - 1, -1, -1):
-        t = block[j]
-        if isinstance(t, Assign) and t.target == keep:
-            return j if t.value == Name(v) else None
-        if any(v in _kill(u) or keep in _kill(u) for u in walk([t])):
-            return None
-    return None
 
 
 def simplify(fn):
