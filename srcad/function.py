@@ -133,6 +133,7 @@ class Function:
                 if transformed is None:
                     transformed = self._transforms[key] = self._compile(values, active)
         self._last = transformed
+        self._last_call = (values, active)
         return transformed
 
     def _compile(self, values, active):
@@ -177,9 +178,10 @@ class Function:
                         f"argument `{params[j]}`; the gradient would be wrong and `{params[j]}` changed. "
                         f"Pass a copy: {p}=np.copy(...)")
 
-    def source(self, kind="adjoint", *example_args):
-        """Generated source of ``kind`` for ``example_args`` (all float arguments active),
-        or for the signature of the last call."""
+    def source(self, kind="adjoint", *example_args, after=None):
+        """Generated source of ``kind`` for ``example_args`` (all float arguments active), or for the
+        signature of the last call; with ``after``, the IR of ``kind`` after that compiler pass
+        (``srcad.compiler.pipeline.PASS_NAMES``) instead of the code that runs."""
         if kind not in _KINDS:
             raise ValueError(f"kind must be one of {', '.join(map(repr, _KINDS))}; got {kind!r}")
         if example_args:
@@ -190,14 +192,29 @@ class Function:
                              f"example arguments: ad.show_source(f, {kind!r}, *args)")
         else:
             transformed = self._last
-        return transformed.source(kind)
+        if after is None:
+            return transformed.source(kind)
+        return self._ir_after(kind, after)
+
+    def _ir_after(self, kind, after):
+        import numba
+
+        from .compiler import pipeline
+        values, active = self._last_call
+        program = pipeline.run(self._frozen[0], tuple(numba.typeof(v) for v in values), active, until=after,
+                               boundscheck=self._frozen[1])
+        fn = getattr(program, kind)
+        if fn is None:
+            raise ValueError(f"there is no {kind} after the pass {after!r}: it is made by the pass 'reverse'")
+        return pipeline.function_text(fn)
 
 
-def show_source(f, kind="adjoint", *example_args):
-    """Print and return the generated ``kind`` source ('primal', 'forward' or 'adjoint') of ``f``."""
+def show_source(f, kind="adjoint", *example_args, after=None):
+    """Print and return the generated ``kind`` source ('primal', 'forward' or 'adjoint') of ``f``; with
+    ``after`` (a compiler pass: 'lower', 'activity', 'reverse', 'cleanup'...), its IR after that pass."""
     if not isinstance(f, Function):
         raise TypeError(f"show_source expects a function decorated with @ad.function, got {f!r}")
-    text = f.source(kind, *example_args)
+    text = f.source(kind, *example_args, after=after)
     print(text)
     return text
 

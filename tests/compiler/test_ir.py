@@ -44,6 +44,21 @@ def test_unknown_pass_is_refused():
         pipeline.run(corpus.energy, typed((np.ones(3),)), (True,), until="typing")
 
 
+def test_show_source_shows_the_ir_after_any_pass():
+    import srcad as ad
+    f = ad.function(corpus.energy)
+    x = np.linspace(0.1, 0.5, 4)
+    f(x)
+    assert "check_loop_index(" in ad.show_source(f, "primal", after="bounds")
+    before = ad.show_source(f, "adjoint", x, after="reverse")
+    after = ad.show_source(f, "adjoint", after="cleanup")
+    assert "d_y[:] = 0.0" in before and "d_y[:] = 0.0" not in after      # the clean-up dropped a dead store
+    with pytest.raises(ValueError, match="there is no forward after the pass 'activity'"):
+        f.source("forward", after="activity")
+    with pytest.raises(ValueError, match="no pass named 'optimise'"):
+        f.source("forward", after="optimise")
+
+
 def test_analyses_are_stored_on_the_ir():
     program = pipeline.run(corpus.energy, typed((np.ones(3),)), (True,), until="activity")
     facts = program.primal.facts
