@@ -256,6 +256,7 @@ class Transformed:
         self.written_params = tuple(meta["written_params"])
         self._workspace = list(meta["workspace"])          # dtypes of the forward's scalar stacks
         self._slots = tuple(meta["slots"])                  # where their final buffers sit in `saved`
+        self._once = meta["once_per_forward"]               # the adjoint restores shared buffers in place
         self._pool = []
 
     def forward(self, *args):
@@ -264,7 +265,7 @@ class Transformed:
         except IndexError:
             buffers = tuple(cpu.new_buffer(d) for d in self._workspace)
         outputs, saved = self._forward(*args, *buffers)
-        return outputs, Saved(saved, self) if self._workspace else saved
+        return outputs, Saved(saved, self) if self._workspace or self._once else saved
 
     def release(self, saved):
         """Keep the stack buffers of a `saved` nobody needs any more, for the next forward."""
@@ -274,7 +275,12 @@ class Transformed:
     def adjoint(self, *args):
         *values, saved, d_out = args
         d_outs = d_out if self.returns_tuple else (d_out,)
-        return self._adjoint(*values, *(saved.values if isinstance(saved, Saved) else saved), *d_outs)
+        if isinstance(saved, Saved):
+            if self._once and saved.used:     # the last adjoint took the buffers back: run the forward again
+                saved.values = self._forward(*values, *(cpu.new_buffer(d) for d in self._workspace))[1]
+            saved.used = True
+            saved = saved.values
+        return self._adjoint(*values, *saved, *d_outs)
 
     @property
     def dispatchers(self):
@@ -293,15 +299,17 @@ class Saved:
     """What a forward saved for its adjoint. When it is dropped (the tape node that held it is gone),
     its stack buffers go back to the function for the next forward instead of back to the OS."""
 
-    __slots__ = ("values", "_owner")
+    __slots__ = ("values", "used", "_owner")
 
     def __init__(self, values, owner):
         self.values = values
+        self.used = False
         self._owner = owner
 
     def __del__(self):
         try:
-            self._owner.release(self.values)
+            if self._owner._workspace:
+                self._owner.release(self.values)
         except Exception:      # interpreter shutdown: nothing to keep them for
             pass
 
@@ -334,7 +342,7 @@ class Checked:
 
 _COMPILE_LOCK = threading.RLock()
 _META_KEYS = ("sources", "returns_tuple", "n_outputs", "written_params", "workspace", "slots", "sites",
-              "module_sha256")
+              "once_per_forward", "module_sha256")
 
 
 def transform(pyfunc, arg_types, active, boundscheck=True):
@@ -397,7 +405,9 @@ def _compile(program, primal, primal_text, root, name, base=None):
             "returns_tuple": program.primal.returns_tuple, "n_outputs": len(program.primal.outputs),
             "written_params": program.primal.facts["aliasing"]["written_params"],
             "workspace": [cpu.buffer_dtype(forward.stacks[w]) for w in forward.workspace],
-            "slots": cpu.workspace_slots(forward), "sites": sites, "module_sha256": cache.content_hash(module_src)}
+            "slots": cpu.workspace_slots(forward), "sites": sites,
+            "once_per_forward": adjoint.facts["reverse"]["once_per_forward"],
+            "module_sha256": cache.content_hash(module_src)}
     if base is not None:
         cache.save_meta(root / f"{base}.json", meta)
     types = cpu.output_types(program.typed.return_type, program.primal.returns_tuple)

@@ -255,9 +255,70 @@ def read_only_view_of_written_array(p0, r):
 def view_read_after_write(x):
     y = x * 1.0
     v = y[1:]
+    y[2] = 5.0 * x[0]
+    return np.sum(v * x[1:])
+
+
+def writes_through_row_views(A, s):
+    B = A.copy()
+    for i in range(B.shape[0]):
+        row = B[i, :]
+        row *= s
+        row[1:] += row[:-1] * A[i, 0]
+    return np.sum(B * B)
+
+
+def column_view_read_after_writes(A):
+    B = A * 1.0
+    col = B[:, 1]
+    B[0, 1] = 2.0 * A[0, 0]
+    B[:, 1] *= A[:, 2]
+    return np.sum(col * A[:, 0]) + np.sum(B)
+
+
+def view_in_two_branches(x, flag):
+    y = x * 1.0
+    if flag > 0:
+        v = y[1:]
+    else:
+        v = y[:-1]
     y[2] = 5.0
     return np.sum(v * x[1:])
 
 
 def power_of_base(x, y):
     return x ** y
+
+
+def lu_in_place(A):
+    """Doolittle LU in place: the saves of the k loops and the save after each of them share one stack."""
+    A = A.copy()
+    n = A.shape[0]
+    for i in range(n):
+        for j in range(i):
+            for k in range(j):
+                A[i, j] -= A[i, k] * A[k, j]
+            A[i, j] /= A[j, j]
+        for j in range(i, n):
+            for k in range(i):
+                A[i, j] -= A[i, k] * A[k, j]
+    return A
+
+
+def rotated_buffers(u0, c):
+    """Leapfrog with three buffers rotated by rebinding: writes go to whichever array a name holds."""
+    u_prev = u0.copy()
+    u = u0 * c
+    u_next = np.zeros_like(u0)
+    for s in range(4):
+        u_next[1:-1] = 2.0 * u[1:-1] - u_prev[1:-1] + c * (u[2:] - 2.0 * u[1:-1] + u[:-2])
+        u_prev, u, u_next = u, u_next, u_prev
+    return u * u + u_prev
+
+
+def rotates_its_argument(u, c):
+    v = np.zeros_like(u)
+    for s in range(3):
+        v[:] = u * c
+        u, v = v, u
+    return np.sum(u)

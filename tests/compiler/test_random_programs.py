@@ -11,7 +11,8 @@ whose shape changes from one loop iteration to the next, in-place operators
 through aliases and helper parameters, copies within one array whose source
 and destination overlap, branches on module-level constants, and arrays made
 afresh in each iteration of a loop then updated region by region (the loop
-is run again in the reverse sweep).  Every value stays in a safe domain (no log/sqrt of negatives:
+is run again in the reverse sweep), nested triangular loops whose inner and outer
+writes save onto one stack, and rows and columns written through views.  Every value stays in a safe domain (no log/sqrt of negatives:
 ``exp(sin(.))``, ``tanh``, ``log(e*e + 1)``, ``sqrt(e*e + 1)``, ``e / (e*e + 1)``).
 
 Cost: one compile is the expensive part, so each generated *program* is a
@@ -356,6 +357,33 @@ def frag_rerun_regions(g, scalars):
     return lines, s
 
 
+def frag_triangular(g, scalars):
+    """Nested triangular loops updating one array element by element, with a write after each inner
+    loop (LU and triangular-solve style): the saves of the inner and the outer loop share one stack."""
+    z = g.name("z")
+    lines = ["%s = %s * (%s)" % (z, g.draw(st.sampled_from(["x", "y"])), g.expr(scalars, 1)),
+             "for i in range(n):",
+             "    for j in range(%s):" % g.draw(st.sampled_from(["i", "i + 1"])),
+             "        %s[i] -= %s[j] * x[j] * (%s)" % (z, z, g.draw(_CONST)),
+             "    %s[i] = %s" % (z, g.draw(st.sampled_from(["%s[i] / (1.0 + %s[i] * %s[i])" % (z, z, z),
+                                                            "np.tanh(%s[i]) * y[i]" % z])))]
+    return lines, "np.sum(%s * y)" % z
+
+
+def frag_views(g, scalars):
+    """Rows and columns of a matrix bound to names and updated through them in place, and a view read
+    after its array was written (it sees the new values, as in NumPy)."""
+    m, r, v = g.name("m"), g.name("r"), g.name("v")
+    axis = g.draw(st.sampled_from(["%s[i, :]", "%s[:, i]", "%s[i]"]))
+    lines = ["%s = np.outer(x, y) * (%s)" % (m, g.expr(scalars, 1)),
+             "%s = %s[1:, 0]" % (v, m),
+             "for i in range(%d):" % g.draw(st.integers(1, N)),
+             "    %s = %s" % (r, axis % m),
+             "    %s *= %s" % (r, g.expr(scalars + ["x[i]"], 1)),
+             "    %s[1:] += %s[:-1] * y[i]" % (r, r)]
+    return lines, "np.sum(%s * %s) + np.sum(%s * x[1:])" % (m, m, v)
+
+
 class _Helpers:
     def __init__(self):
         self.defs = []
@@ -391,7 +419,7 @@ def frag_helper(g, scalars, helpers):
 
 _FRAGS = [frag_straight, frag_loop, frag_array_overwrite, frag_branch, frag_while,
           frag_break_continue, frag_numpy, "helper", frag_moving_slices, "inplace_alias", frag_overlap_copy,
-          frag_constant_branch, frag_rerun_regions]
+          frag_constant_branch, frag_rerun_regions, frag_triangular, frag_views]
 
 
 @st.composite

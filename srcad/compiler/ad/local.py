@@ -104,7 +104,7 @@ class LocalAdjoints:
         for t in walk(stmts):
             for e in own_exprs(t):
                 every |= names_in(e)
-                values |= _value_names(e)
+                values |= value_names(e)
         keep = lambda ns: {n for n in ns if n not in adjoints and n not in defined}  # noqa: E731
         return keep(values), keep(every)
 
@@ -127,7 +127,11 @@ class LocalAdjoints:
                 new = Call("np.sum", (new,))
             return out + ([Assign(dv.id, new)] if new != dv else [])
         g = self.local(s, f"g_{v}")
-        out = [Assign(g, dv), self.zero(v)]
+        # the incoming adjoint is taken out, and `d_v` starts over as a new array (not zeroed in place:
+        # `g` holds the old one)
+        restart = Assign(dv.id, Call("np.zeros_like", (Name(g),))) if isinstance(self.fn.types.get(v), nt.Array) \
+            and v not in self.shape_varying else self.zero(v)
+        out = [Assign(g, dv), restart]
         for atom, expr, mode, r in _grouped(self.contributions(s, s.value, self.fn.types.get(v), Name(g))):
             out += self.accumulate(atom, expr, mode, r)
         return out
@@ -259,7 +263,7 @@ class LocalAdjoints:
         rule = ARRAY_RULES[fn]
         result = []
         for k, transpose in enumerate(rule.transposes):
-            if k >= len(args) or not self.is_active(args[k]):
+            if k >= len(args) or transpose is None or not self.is_active(args[k]):
                 continue
             found = transpose(args, g, ranks, axis)
             if found is None:
@@ -300,7 +304,7 @@ def _atoms(e):
     return [x for x in subexpressions(e) if is_atom(x)]
 
 
-def _value_names(e):
+def value_names(e):
     """Names whose element values `e` reads (not only their shapes)."""
     if isinstance(e, Name):
         return {e.id}
@@ -308,4 +312,4 @@ def _value_names(e):
         return set()
     parts = e.args[1:] + tuple(v for _, v in e.keywords) if isinstance(e, Call) and e.fn in _SHAPE_ONLY_CALLS \
         else children(e)
-    return set().union(*(_value_names(x) for x in parts)) if parts else set()
+    return set().union(*(value_names(x) for x in parts)) if parts else set()

@@ -25,9 +25,9 @@ from numba.core import types as nt
 from ..analysis.types import rank, type_of
 from ..ir import (Accumulate, Assign, BinOp, Call, Const, Effect, For, Function, Global, If, Name, Pop, Push, Reserve,
                   Stack, Store, Subscript, Tuple, While)
-from ..ir.visit import blocks, clone, names_in, walk, written_array
+from ..ir.visit import blocks, clone, names_in, own_exprs, walk, written_array
 from ..opt.cleanup import live_in
-from .local import LocalAdjoints
+from .local import LocalAdjoints, value_names
 from .saving import CPU, checkpoint_candidate, loop_facts, refuse_unsized, required_before, trip_count, undo_of
 
 # How the forward of a statement is generated: with its saves, without them (the iterations of a
@@ -100,6 +100,9 @@ class _Reverse:
             out = set(self.local.reads(s)[1])
             if isinstance(s, Assign) and s.target in self.facts.shape_varying and s.target in self.active:
                 out.add(s.target)     # its adjoint is made again shaped like the previous binding
+            array = written_array(s)
+            if array is not None and self._may(array) & self.value_reads:
+                out.add(array)        # a saved region goes back into the array this name is bound to now
             return frozenset(out - self.facts.replayed)
         if self._is_checkpoint_in(s, ctx):
             cp = self.checkpoints[id(s)]
@@ -155,6 +158,7 @@ class _Reverse:
             for s in walk(loop.body):
                 self.owner[id(s)] = self.top
             return
+        self.value_reads |= _value_reads(loop.body)     # the re-run reads them again
         self.top.req = self._required(self.top)
 
     def _tape_cost(self, loop):
@@ -198,7 +202,8 @@ class _Reverse:
             req = self.top.req.get(id(ctx.loop), frozenset())
         else:
             req = ctx.req.get(id(s), frozenset())
-        return array in self.value_reads and array in req
+        sharing = self.fn.facts["aliasing"]["may"].get(array, {array})    # the memory, whatever its name
+        return any(a in self.value_reads and a in req for a in sharing)
 
     def _region_ctx(self, s):
         """The context whose storage a saved region goes to (an external array's: the forward's)."""
@@ -246,7 +251,7 @@ class _Reverse:
         return [Push(stack, value, s.origin)], [Pop(stack, target, s.origin)]
 
     def _value_save(self, s, ctx, v, once=None):
-        return self._save(s, ctx, Name(v), Name(v), "value", self.types[v], once)
+        return self._save(s, ctx, Name(v), Name(v), "value", _saved_type(self.types[v]), once)
 
     def _region_save(self, s):
         ctx = self._region_ctx(s)
@@ -311,17 +316,24 @@ class _Reverse:
                                                            loop.origin)]
 
     def _reserve(self, loop, body, ctx):
-        """Room, before `loop`, for the pushes its iterations make outside inner loops."""
+        """Room, before `loop`, for the pushes its iterations make outside inner loops. A stack that
+        inner loops push onto as well cannot be sized here (they use up the room in between), so
+        each of its pushes makes room itself."""
         counts = {}
         for t in _shallow(body):
             if isinstance(t, Push):
                 counts[t.stack] = counts.get(t.stack, 0) + 1
+        shallow = {id(t) for t in _shallow(body)}
+        for t in walk(body):
+            if isinstance(t, Push) and id(t) not in shallow and t.stack in counts:
+                self._grow_as_needed(ctx, t.stack, loop)
+                del counts[t.stack]
         trip = trip_count(loop)
         return [Reserve(stack, trip if k == 1 else BinOp("*", Const(k), trip), loop.origin)
                 for stack, k in counts.items()]
 
     def _grow_as_needed(self, ctx, stack, s):
-        """Pushes in a while loop make room themselves (no trip count to reserve from)."""
+        """Pushes onto `stack` make room themselves (in a while loop: no trip count to reserve from)."""
         if not self.policy.growable:
             raise refuse_unsized(self.fn, s.origin)
         table = next((t for t in self.stacks.values() if stack in t), self.fn.stacks)
@@ -386,32 +398,48 @@ class _Reverse:
         forward_body = self._forward_block(fn.body, self.top)
         adjoint_body = self._reverse_block(fn.body, self.top)
         final = set(self.top.req["end"]) | {v for v in self.active if isinstance(self.types.get(v), nt.Array)}
+        final |= {n for out in fn.outputs for n in names_in(out)}     # what the seeds read (`d_D[n, m] += d_out`)
         final -= self.facts.private | set(fn.params)
         stacks = self.stacks[self.top]
         saved = sorted(final) + self.saved_locals + [n for s in sorted(stacks) for n in (s, stacks[s].top)]
-        return self._forward_function(forward_body, saved), self._adjoint_function(adjoint_body, saved)
+        shared = self._restored_in_place()
+        return self._forward_function(forward_body, saved, shared), self._adjoint_function(adjoint_body, saved, shared)
 
-    def _forward_function(self, body, saved):
+    def _restored_in_place(self):
+        """Restored arrays whose memory other names (or saved bindings) may share, like buffers rotated by
+        rebinding: the adjoint restores their regions in place (a copy of one name would part it from
+        the others), so the forward hands out copies of them and an adjoint runs once per forward.
+        (Rotations among an argument's memory are refused by the aliasing pass: the rotation reads the
+        other names after the write.)"""
+        may = self.fn.facts["aliasing"]["may"]
+        return {a for a in self.restored if len(may.get(a, {a})) > 1}
+
+    def _forward_function(self, body, saved, shared):
         fn = self.fn
         stacks = self.stacks[self.top]
         pushed = {t.value.id for t in walk(body) if isinstance(t, Push) and isinstance(t.value, Name)}
         every = {**fn.stacks, **stacks}
         defaults = sorted((set(saved) | pushed) - set(fn.params) - set(every) - {s.top for s in every.values()})
         init = [Assign(v, _zero_of(self.types[v])) for v in defaults]
-        outputs = Tuple(tuple(fn.outputs)) if fn.returns_tuple else fn.outputs[0]
+        handed = [Call("np.copy", (o,)) if names_in(o) & set().union(*(self._may(a) for a in shared)) else o
+                  for o in fn.outputs]
+        outputs = Tuple(tuple(handed)) if fn.returns_tuple else handed[0]
         workspace = [s for s in sorted(stacks) if not isinstance(stacks[s].item, nt.Array)]
         return Function(f"{fn.name}_forward", fn.params + workspace, init + body,
                         [outputs, Tuple(tuple(Name(n) for n in saved))], True, dict(self.types),
                         {**fn.stacks, **stacks},
                         {"reverse": {"saved": saved}}, fn.names, workspace, fn.sources)
 
-    def _adjoint_function(self, body, saved):
+    def _may(self, a):
+        return self.fn.facts["aliasing"]["may"].get(a, {a})
+
+    def _adjoint_function(self, body, saved, shared):
         fn = self.fn
         d_outs = [fn.names.fresh(f"d_out{k}" if fn.returns_tuple else "d_out") for k in range(len(fn.outputs))]
         params = fn.facts["activity"]["params"]
         zeros = [self.local.initial(v) for v in sorted(self.active | set(params), key=lambda n: (n not in params, n))
                  if v not in fn.stacks]
-        copies = [Assign(a, Call("np.copy", (Name(a),))) for a in sorted(self.restored)]
+        copies = [Assign(a, Call("np.copy", (Name(a),))) for a in sorted(self.restored - shared)]
         seeds = []
         for out, d in zip(fn.outputs, d_outs):
             seeds += self.local.accumulate(out, Name(d), "exact", rank(type_of(fn, out)))
@@ -434,7 +462,8 @@ class _Reverse:
         return Function(f"{fn.name}_adjoint", fn.params + saved + d_outs, copies + zeros + seeds + body,
                         grads, True, types, stacks,
                         {"reverse": {"saved": saved, "d_outs": d_outs, "forward_stacks": dict(self.stacks[self.top]),
-                                     "adjoints": set(self.local.d.values())}},
+                                     "adjoints": set(self.local.d.values()), "once_per_forward": bool(shared)},
+                         "aliasing": fn.facts["aliasing"]},
                         fn.names, [], fn.sources)
 
 
@@ -449,6 +478,16 @@ def _bound(s, counters):
     if isinstance(s, (Accumulate, Pop)) and isinstance(s.target, Name):
         return s.target.id
     return None
+
+
+def _value_reads(stmts):
+    """Names whose element values `stmts` read (index checks read only shapes)."""
+    out = set()
+    for t in walk(stmts):
+        if not isinstance(t, Effect):
+            for e in own_exprs(t):
+                out |= value_names(e)
+    return out
 
 
 def _region(s):
@@ -492,6 +531,14 @@ def _reversed_loop(s, body):
     last = BinOp("+", s.start, BinOp("*", BinOp("-", trips, Const(1)), s.step))
     step = Const(-s.step.value) if isinstance(s.step, Const) else BinOp("-", Const(0), s.step)
     return For(s.var, last, BinOp("-", s.start, s.step), step, body, s.origin)
+
+
+def _saved_type(ty):
+    """The type a saved value of type `ty` is kept as: a non-contiguous array (a transpose, a view) as
+    layout 'A', since the forward's placeholder (C) and the value unify to it."""
+    if isinstance(ty, nt.Array) and ty.layout != "C":
+        return nt.Array(ty.dtype, ty.ndim, "A", readonly=not ty.mutable)
+    return ty
 
 
 def _zero_of(ty):

@@ -161,8 +161,7 @@ def power_partial(exponent):
 
 # Calls whose result never carries a derivative (integer-valued, piecewise constant, or allocations).
 NONDIFF = frozenset("""
-    np.zeros np.ones np.empty np.zeros_like np.ones_like np.empty_like np.full np.full_like np.arange
-    np.linspace np.eye np.identity len int round bool math.floor math.ceil math.trunc np.floor np.ceil
+    np.zeros np.ones np.empty np.zeros_like np.ones_like np.empty_like np.arange np.eye np.identity len int round bool math.floor math.ceil math.trunc np.floor np.ceil
     np.trunc np.round np.rint np.sign np.argmax np.argmin np.isnan np.isinf np.isfinite math.isnan
     math.isinf math.isfinite np.floor_divide np.logical_and np.logical_or np.logical_not np.greater
     np.less np.equal np.shape np.ndim np.size np.argsort np.heaviside math.factorial np.int64 np.int32
@@ -257,6 +256,27 @@ def _outer_tangent(args, dargs, ranks, axis):
     return parts[0] if len(parts) == 1 else parts[0] + parts[1]
 
 
+def _fill_rule(position):
+    """np.full(shape, v) / np.full_like(a, v): linear in the fill value `v` (argument `position`)."""
+    def tangent(args, dargs, ranks, axis):
+        return Call(f"np.full{'_like' if position == 1 and ranks[0] else ''}", (args[0], dargs[position]))
+
+    transposes = [None] * position + [lambda args, g, ranks, axis: (g, "reduce")]
+    return ArrayRule(tangent, tuple(transposes))
+
+
+def _linspace_weights(args):
+    """np.linspace(a, b, n) is a * (1 - w) + b * w with w = np.linspace(0.0, 1.0, n)."""
+    return Call("np.linspace", (Const(0.0), Const(1.0), args[2]))
+
+
+def _linspace_tangent(args, dargs, ranks, axis):
+    w = _linspace_weights(args)
+    parts = [p for p in (dargs[0] * (1.0 - w) if dargs[0] is not None else None,
+                         dargs[1] * w if dargs[1] is not None else None) if p is not None]
+    return parts[0] if len(parts) == 1 else parts[0] + parts[1]
+
+
 _MATMUL = ArrayRule(_matmul_tangent, (_matmul_transpose(0), _matmul_transpose(1)))
 
 ARRAY_RULES = {
@@ -272,6 +292,11 @@ ARRAY_RULES = {
     "np.linalg.norm": ArrayRule(_norm_tangent, (_norm_transpose,)),
     "np.outer": ArrayRule(_outer_tangent, (lambda args, g, ranks, axis: (g @ args[1], "exact"),
                                            lambda args, g, ranks, axis: (np_.transpose(g) @ args[0], "exact"))),
+    "np.full": _fill_rule(1),
+    "np.full_like": _fill_rule(1),
+    "np.linspace": ArrayRule(_linspace_tangent,
+                             (lambda args, g, ranks, axis: (np_.sum(g * (1.0 - _linspace_weights(args))), "exact"),
+                              lambda args, g, ranks, axis: (np_.sum(g * _linspace_weights(args)), "exact"))),
     "np.transpose": ArrayRule(lambda args, dargs, ranks, axis: np_.transpose(dargs[0]),
                               (lambda args, g, ranks, axis: (np_.transpose(g), "exact"),)),
     # what the rules above generate, so that their adjoints can be differentiated again

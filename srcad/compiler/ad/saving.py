@@ -28,8 +28,8 @@ from numba.core import types as nt
 from ..errors import TransformError
 from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Effect, For, If, Name, Pop, Push, Slice, Store,
                   Subscript, While)
-from ..ir.forms import is_shape_entry
 from ..ir.visit import assigned, blocks, defines, names_in, reads, subexpressions, walk, written_array
+from .local import value_names
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,7 @@ def loop_facts(fn):
                 visit(b, inner)
     visit(body, None)
     multi = {n for n, ds in defs.items() if len(ds) > 1} | looped
-    invariant = _invariant(defs)
+    invariant = _invariant(fn, defs)
     stable = invariant | (params - set(defs))
     facts = LoopFacts(multi, _private(fn), invariant, stable, innermost, _shape_varying(fn, defs, multi))
     _find_replays(fn, facts, defs)
@@ -162,8 +162,9 @@ def _private(fn):
     return headers - other_defs - outside
 
 
-def _invariant(defs):
-    """Names bound once, by an assignment reading only constants and other such names."""
+def _invariant(fn, defs):
+    """Names bound once, by an assignment reading only constants and other such names, and no values
+    held in an array (an array's elements may change while its name stays bound)."""
     invariant = set()
     changed = True
     while changed:
@@ -172,11 +173,15 @@ def _invariant(defs):
             if n in invariant or len(sites) != 1 or not isinstance(sites[0], Assign) or sites[0].inplace:
                 continue
             value = sites[0].value
-            if all(m not in defs or m in invariant for m in names_in(value)) and \
-                    not any(isinstance(x, Subscript) and not is_shape_entry(x) for x in subexpressions(value)):
+            if all(m not in defs or m in invariant for m in names_in(value)) and not _reads_array_values(fn, value):
                 invariant.add(n)
                 changed = True
     return invariant
+
+
+def _reads_array_values(fn, e):
+    """Does `e` read elements of an array (not only its shape)?"""
+    return any(isinstance(fn.types.get(n), nt.Array) for n in value_names(e))
 
 
 def _shape_varying(fn, defs, multi):
@@ -245,9 +250,7 @@ def _replayable(fn, s, defs, available, loop):
     ty = fn.types.get(s.target)
     if not isinstance(ty, (nt.Integer, nt.Boolean)) or len(defs.get(s.target, ())) != 1 or s.inplace:
         return False
-    if not names_in(s.value) <= available:
-        return False
-    if any(isinstance(x, Subscript) and not is_shape_entry(x) for x in subexpressions(s.value)):
+    if not names_in(s.value) <= available or _reads_array_values(fn, s.value):
         return False
     inside = {id(t) for t in walk(loop.body)}
     return not any(s.target in reads(t) for t in walk(fn.body) if id(t) not in inside) and \

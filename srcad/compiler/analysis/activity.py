@@ -46,7 +46,7 @@ def differentiable_inputs(value):
             partials = ELEMENTWISE[value.fn]
             return [a for a, p in zip(value.args, partials) if p is not None]
         if value.fn in ARRAY_RULES:
-            return list(value.args[:len(ARRAY_RULES[value.fn].transposes)])
+            return [a for a, t in zip(value.args, ARRAY_RULES[value.fn].transposes) if t is not None]
         return list(value.args)       # no rule: refused by the reverse transform if it needs one
     return []
 

@@ -10,7 +10,10 @@ can overlap is decided per write and per element range: constant, disjoint
 ranges along the first axis never do.
 
 Stores on `fn.facts["aliasing"]`: `groups` (name -> the names sharing its
-memory) and `written_params` (the parameters the function writes into).
+memory on every path), `may` (name -> the names that share it on some path:
+buffers rotated by rebinding, `u_prev, u, u_next = u, u_next, u_prev`; a write
+through one of them must save what the others still need) and
+`written_params` (the parameters the function writes into).
 """
 from numba.core import types as nt
 
@@ -27,7 +30,8 @@ def analyse_aliasing(fn, active_params):
     _check_writes(fn, groups, set(active_params))
     stored = {written_array(s) for s in walk(fn.body)} - {None}
     written = [p for p in fn.params if any(a == p or p in groups.get(a, ()) for a in stored)]
-    fn.facts["aliasing"] = {"groups": groups, "written_params": written}
+    fn.facts["aliasing"] = {"groups": groups, "may": alias_groups(fn, every_binding=False),
+                            "written_params": written}
     return fn
 
 
@@ -44,8 +48,10 @@ def view_source(fn, value):
     return src if isinstance(fn.types.get(src), nt.Array) else None
 
 
-def alias_groups(fn):
-    """name -> the set of names that may share its memory (arrays bound to each other or to views)."""
+def alias_groups(fn, every_binding=True):
+    """name -> the set of names sharing its memory (arrays bound to each other or to views): with
+    `every_binding`, only names whose every binding is such an alias (a name also bound to a new
+    array is apart), else names with any such binding."""
     parent = {}
 
     def find(n):
@@ -60,8 +66,8 @@ def alias_groups(fn):
             src = view_source(fn, s.value)
             sources.setdefault(s.target, []).append(src if src not in moved else None)
     for target, srcs in sources.items():
-        if all(srcs):   # a name rebound to a fresh array somewhere is not treated as an alias
-            for src in srcs:
+        if all(srcs) or not every_binding:
+            for src in filter(None, srcs):
                 parent[find(target)] = find(src)
     groups = {}
     for n in list(parent):
@@ -81,16 +87,19 @@ def _check_writes(fn, groups, active_params):
             continue
         arr = s.array
         if arr in active_params:
-            raise TransformError(f"{where(s.origin)}: `{s.origin.text}` writes into its input `{arr}` which needs a "
-                                 f"gradient; copy it first: {arr} = {arr}.copy()")
+            user = fn.names.user(arr)
+            raise TransformError(f"{where(s.origin)}: `{s.origin.text}` writes into its input `{user}` which needs "
+                                 f"a gradient; copy it first: {user} = {user}.copy()")
         for other in sorted(groups.get(arr, {arr}) - {arr}):
             if _disjoint(defs.get(other), s) or not _live_after(path, other, outputs):
                 continue
             view = defs.get(other)
             seen = f" (line {view.origin.line}: `{view.origin.text}`)" if view is not None else ""
-            raise problem(s.origin, f"`{s.origin.text}` writes into `{arr}` while `{other}`{seen}, which shares "
-                                    f"its memory, is read afterwards: srcad cannot differentiate that correctly",
-                          f"make `{other}` an independent array with .copy(), or finish reading it before the write")
+            written, read = fn.names.user(arr), fn.names.user(other)
+            raise problem(s.origin, f"`{s.origin.text}` writes into `{written}` while `{read}`{seen}, which "
+                                    f"shares its memory, is read afterwards: srcad cannot differentiate that "
+                                    f"correctly",
+                          f"make `{read}` an independent array with .copy(), or finish reading it before the write")
 
 
 def _paths(stmts, prefix=()):

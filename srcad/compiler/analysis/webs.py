@@ -39,7 +39,7 @@ def split_webs(fn):
             continue   # the indices of separate loops: integers all, the user's name kept
         ordered = sorted(groups.values(), key=lambda ds: min(finder.order[d] for d in ds))
         for ds in ordered[1:]:
-            new = fn.names.fresh(name)
+            new = fn.names.fresh(name, spelled=name)
             if name in moved:
                 moved.add(new)
             for d in ds:

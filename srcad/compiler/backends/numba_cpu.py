@@ -114,7 +114,8 @@ class _TypeNames:
 
 def _type_source(ty):
     dtype = "boolean" if isinstance(ty.dtype, nt.Boolean) else str(ty.dtype)
-    return f'types.Array(types.{dtype}, {ty.ndim}, "{ty.layout}")'
+    readonly = "" if ty.mutable else ", readonly=True"
+    return f'types.Array(types.{dtype}, {ty.ndim}, "{ty.layout}"{readonly})'
 
 
 def function_source(fn, prefix):

@@ -34,6 +34,9 @@ _FOLD = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.
 _METHODS = {"copy": "np.copy", "sum": "np.sum", "mean": "np.mean", "dot": "np.dot", "max": "np.max",
             "min": "np.min", "prod": "np.prod", "transpose": "np.transpose", "ravel": "np.ravel"}
 _BUILTINS = {"abs", "min", "max", "float", "int", "len", "round", "bool"}
+# parameters passed by keyword that derivative rules read by position
+_POSITIONAL = {"np.full": ("shape", "fill_value"), "np.full_like": ("a", "fill_value"),
+               "np.linspace": ("start", "stop", "num")}
 RESERVED = {"np", "math", "numba", "List", "types", "sum_into", "grow", "trip_count", "power_slope", "log_or_zero",
             "reciprocal_or_zero", "range", "len", "abs", "min", "max", "float", "int"}
 
@@ -47,7 +50,7 @@ def lower(top):
     copies = {}
     for p in params:
         if p in assigned:          # a parameter the body rebinds: the body works on a local copy
-            rename[p] = copies[p] = ctx.names.fresh(f"{p}_local")
+            rename[p] = copies[p] = ctx.names.fresh(f"{p}_local", spelled=p)
     low = _Lowerer(ctx, top, rename, {}, helper=False)
     low.at(top.tree)
     for p, local in copies.items():
@@ -733,7 +736,13 @@ class _Lowerer:
             return e
         if is_elementwise(fn) and not kws and not any(isinstance(a, ast.Tuple) for a in args):
             return Call(fn, tuple(self.operand(a) for a in args))
-        return Call(fn, tuple(self.arg(a) for a in args), kws)
+        args = [self.arg(a) for a in args]
+        named = dict(kws)
+        for p in _POSITIONAL.get(fn, ())[len(args):]:
+            if p not in named:
+                break
+            args.append(named.pop(p))
+        return Call(fn, tuple(args), tuple(named.items()))
 
     def kw_value(self, v):
         path, obj = self.module_path(v) if isinstance(v, ast.Attribute) else (None, None)
@@ -781,7 +790,7 @@ class _Lowerer:
                 subst[p] = a
         for n in sorted(assigned | set(params)):
             if n not in subst:
-                rename[n] = self.fresh(f"{prefix}_{n}")
+                rename[n] = self.ctx.names.fresh(f"{prefix}_{n}", spelled=n)
         for p, a in zip(params, args):
             if p not in subst:
                 if isinstance(a, Tuple):

@@ -271,20 +271,28 @@ class Stack:
 
 
 class Names:
-    """Fresh identifiers that clash with nothing the user wrote; `made` are those it gave out."""
+    """Fresh identifiers that clash with nothing the user wrote; `made` are those it gave out, and
+    `spelled` the user's own name of those that stand for a user variable (for messages)."""
 
     def __init__(self, used=()):
         self.used = set(used)
         self.made = set()
+        self.spelled = {}
 
-    def fresh(self, base):
+    def fresh(self, base, spelled=None):
         name, k = base, 2
         while name in self.used:
             name = f"{base}{k}"
             k += 1
         self.used.add(name)
         self.made.add(name)
+        if spelled is not None:
+            self.spelled[name] = self.user(spelled)
         return name
+
+    def user(self, name):
+        """The name the user wrote for `name`."""
+        return self.spelled.get(name, name)
 
 
 @dataclass(eq=False)

@@ -44,30 +44,44 @@ def names_in(e):
     return {x.id for x in subexpressions(e) if isinstance(x, Name)}
 
 
+def map_children(e, fn):
+    """`e` rebuilt with `fn` applied to each of its direct sub-expressions."""
+    if isinstance(e, (Const, Name, Global, TypeRef)) or e is None:
+        return e
+    if isinstance(e, Subscript):
+        return Subscript(fn(e.base), tuple(fn(i) for i in e.index))
+    if isinstance(e, Slice):
+        return Slice(*(None if p is None else fn(p) for p in (e.lower, e.upper, e.step)))
+    if isinstance(e, Attribute):
+        return Attribute(fn(e.base), e.attr)
+    if isinstance(e, BinOp):
+        return BinOp(e.op, fn(e.left), fn(e.right))
+    if isinstance(e, Compare):
+        return Compare(e.op, fn(e.left), fn(e.right))
+    if isinstance(e, UnaryOp):
+        return UnaryOp(e.op, fn(e.operand))
+    if isinstance(e, Call):
+        return Call(e.fn, tuple(fn(a) for a in e.args), tuple((k, fn(v)) for k, v in e.keywords))
+    if isinstance(e, Tuple):
+        return Tuple(tuple(fn(i) for i in e.items))
+    raise TypeError(f"not an IR expression: {e!r}")
+
+
 def rebuild(e, fn):
     """`e` with `fn` applied bottom-up: each node is rebuilt from its rewritten children, then
     `fn(node)` returns its replacement (or the node itself)."""
-    if isinstance(e, (Const, Name, Global, TypeRef)) or e is None:
-        return fn(e) if e is not None else None
-    if isinstance(e, Subscript):
-        new = Subscript(rebuild(e.base, fn), tuple(rebuild(i, fn) for i in e.index))
-    elif isinstance(e, Slice):
-        new = Slice(rebuild(e.lower, fn), rebuild(e.upper, fn), rebuild(e.step, fn))
-    elif isinstance(e, Attribute):
-        new = Attribute(rebuild(e.base, fn), e.attr)
-    elif isinstance(e, BinOp):
-        new = BinOp(e.op, rebuild(e.left, fn), rebuild(e.right, fn))
-    elif isinstance(e, Compare):
-        new = Compare(e.op, rebuild(e.left, fn), rebuild(e.right, fn))
-    elif isinstance(e, UnaryOp):
-        new = UnaryOp(e.op, rebuild(e.operand, fn))
-    elif isinstance(e, Call):
-        new = Call(e.fn, tuple(rebuild(a, fn) for a in e.args), tuple((k, rebuild(v, fn)) for k, v in e.keywords))
-    elif isinstance(e, Tuple):
-        new = Tuple(tuple(rebuild(i, fn) for i in e.items))
-    else:
-        raise TypeError(f"not an IR expression: {e!r}")
-    return fn(new)
+    if e is None:
+        return None
+    return fn(map_children(e, lambda c: rebuild(c, fn)))
+
+
+def rewrite_top_down(e, fn):
+    """`e` with `fn` applied top-down: where `fn(node)` returns an expression, that replaces the node
+    (and its parts are not visited); where it returns None, the node's parts are visited."""
+    if e is None:
+        return None
+    new = fn(e)
+    return new if new is not None else map_children(e, lambda c: rewrite_top_down(c, fn))
 
 
 def substitute(e, mapping):

@@ -77,10 +77,11 @@ def eliminate_dead_code(fn, live_out=None):
     the adjoint's own arrays nobody reads (no other name can share their memory)."""
     outputs = set().union(*(names_in(o) for o in fn.outputs)) if live_out is None else set(live_out)
     private = set(fn.facts.get("reverse", {}).get("adjoints", ()))
+    sharing = fn.facts.get("aliasing", {}).get("may", {})
     while True:
         marks = {}
         live_in(fn.body, outputs, marks)
-        dead_stacks = _dead_stacks(fn, marks)
+        dead_stacks = _dead_stacks(fn, marks, sharing)
         changed = False
         for block in all_blocks(fn.body):
             kept = [s for s in block if not _dead(s, marks, dead_stacks, private)]
@@ -114,9 +115,9 @@ def _empty(s):
     return not s.body
 
 
-def _dead_stacks(fn, marks):
+def _dead_stacks(fn, marks, sharing):
     """Stacks of `fn` that `fn` does not hand on and whose every pop restores a value nobody reads
-    afterwards: their pushes and pops can all go."""
+    afterwards (under any name sharing its memory): their pushes and pops can all go."""
     handed_on = set().union(*(names_in(o) for o in fn.outputs))
     used = set()
     referenced = set()
@@ -125,7 +126,8 @@ def _dead_stacks(fn, marks):
             referenced.add(s.stack)
         if isinstance(s, Pop):
             target = s.target.id if isinstance(s.target, Name) else s.target.base.id
-            if target in marks.get(id(s), frozenset()):
+            names = {target} if isinstance(s.target, Name) else sharing.get(target, {target})
+            if names & marks.get(id(s), frozenset()):
                 used.add(s.stack)
     return (set(fn.stacks) | referenced) - handed_on - used
 
