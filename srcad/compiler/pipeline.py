@@ -181,11 +181,11 @@ def dump(program):
 
 def _check_arguments(fn, arg_types, active):
     if len(arg_types) != len(fn.params) or len(active) != len(fn.params):
-        raise TypeError(f"{fn.name} takes {len(fn.params)} arguments ({', '.join(fn.params)}); "
+        raise TypeError(f"{fn.name} takes {len(fn.params)} arguments ({', '.join(map(fn.names.user, fn.params))}); "
                         f"got {len(arg_types)} types and {len(active)} activity flags")
     for p, t, a in zip(fn.params, arg_types, active):
         if a and not is_float(t):
-            raise TypeError(f"argument `{p}` of {fn.name} has type {t}; only float scalars and float "
+            raise TypeError(f"argument `{fn.names.user(p)}` of {fn.name} has type {t}; only float scalars and float "
                             "arrays can be differentiated")
 
 

@@ -9,6 +9,10 @@ import numba
 import numpy as np
 from numba.extending import overload
 
+# What generated code imports from here, by these names (user names that collide are renamed).
+EXPORTS = ("check_index", "check_loop_index", "grow", "log_or_zero", "power_slope", "reciprocal_or_zero",
+           "stop_gradient", "sum_into", "tile", "tile_like", "trip_count", "untile")
+
 _helper = numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 
 
@@ -69,6 +73,71 @@ def _sum_into_overload(dest, grad):
     scope = {}
     exec(_sum_into_source(dest.ndim, grad.ndim), scope)
     return scope["impl"]
+
+
+def _tiled_loops(out_ndim, x_ndim, statement):
+    """Loops over every index (i0, i1, ...) of an array of rank `out_ndim`, around `statement`, which
+    reads `{x}`: the index of the tiled array of rank `x_ndim` (the trailing axes, modulo its shape)."""
+    off = out_ndim - x_ndim
+    x_index = ", ".join(f"i{a} % xs[{a - off}]" for a in range(off, out_ndim)) + ("," if x_ndim == 1 else "")
+    lines, ind = [], "    "
+    for a in range(out_ndim):
+        lines.append(f"{ind}for i{a} in range(os[{a}]):")
+        ind += "    "
+    index = ", ".join(f"i{a}" for a in range(out_ndim)) + ("," if out_ndim == 1 else "")
+    lines.append(ind + statement.format(x=x_index, i=index))
+    return lines
+
+
+def _compiled(lines):
+    scope = {"np": np}
+    exec("\n".join(lines), scope)
+    return scope["impl"]
+
+
+def tile(x, reps):
+    """np.tile for compiled code (Numba has none): `x` repeated `reps` times along each axis."""
+
+
+@overload(tile, jit_options={"no_cpython_wrapper": True, "no_cfunc_wrapper": True})
+def _tile_overload(x, reps):
+    if not isinstance(x, numba.types.Array):
+        return None
+    count = 1 if isinstance(reps, numba.types.Integer) else len(reps) if isinstance(reps, numba.types.BaseTuple) \
+        else None
+    if count is None:
+        return None
+    d, n = max(x.ndim, count), x.ndim
+    rep = ["reps"] if isinstance(reps, numba.types.Integer) else [f"reps[{k}]" for k in range(count)]
+    rep = ["1"] * (d - count) + rep
+    dim = ["1"] * (d - n) + [f"xs[{k}]" for k in range(n)]
+    shape = ", ".join(f"{a} * {b}" for a, b in zip(dim, rep)) + ("," if d == 1 else "")
+    return _compiled(["def impl(x, reps):", "    xs = x.shape", f"    out = np.empty(({shape}), x.dtype)",
+                      "    os = out.shape"] + _tiled_loops(d, n, "out[{i}] = x[{x}]") + ["    return out"])
+
+
+def tile_like(x, like):
+    """`x` tiled to the shape of `like` (its trailing axes): the transpose of `untile`."""
+
+
+@overload(tile_like, jit_options={"no_cpython_wrapper": True, "no_cfunc_wrapper": True})
+def _tile_like_overload(x, like):
+    if not (isinstance(x, numba.types.Array) and isinstance(like, numba.types.Array)) or like.ndim < x.ndim:
+        return None
+    return _compiled(["def impl(x, like):", "    xs = x.shape", "    out = np.empty(like.shape, x.dtype)",
+                      "    os = out.shape"] + _tiled_loops(like.ndim, x.ndim, "out[{i}] = x[{x}]") + ["    return out"])
+
+
+def untile(g, x):
+    """The adjoint of `tile` with respect to `x`: `g` summed over the tiles, shaped like `x`."""
+
+
+@overload(untile, jit_options={"no_cpython_wrapper": True, "no_cfunc_wrapper": True})
+def _untile_overload(g, x):
+    if not (isinstance(g, numba.types.Array) and isinstance(x, numba.types.Array)) or g.ndim < x.ndim:
+        return None
+    return _compiled(["def impl(g, x):", "    xs = x.shape", "    out = np.zeros(x.shape, g.dtype)",
+                      "    os = g.shape"] + _tiled_loops(g.ndim, x.ndim, "out[{x}] += g[{i}]") + ["    return out"])
 
 
 @_helper

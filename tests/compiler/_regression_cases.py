@@ -322,3 +322,22 @@ def rotates_its_argument(u, c):
         v[:] = u * c
         u, v = v, u
     return np.sum(u)
+
+
+def tiled(x, M):
+    """np.tile with an int, with a tuple, and with more repetitions than axes (a new leading axis)."""
+    a = np.tile(x, 2)
+    B = np.tile(M, (1, 2))
+    C = np.tile(x, (3, 1))
+    return np.sum(a * a) + np.sum(np.sin(B) * B) + np.sum(C * C[::-1])
+
+
+def names_of_runtime_helpers(x, trip_count):
+    """Variables named like the helpers generated code calls: renamed, not shadowing them."""
+    grow = 0.0
+    tile = np.tile(x, 2)
+    sum_into = x * 0.5
+    for i in range(trip_count):
+        for j in range(i):
+            grow = grow * 0.5 + sum_into[j] * tile[i]
+    return grow + np.sum(tile * tile)

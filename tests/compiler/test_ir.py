@@ -216,6 +216,19 @@ def test_array_rules_at_second_order():
     second_order_check(array_rules, (a, b, v), (True, True, True))
 
 
+def filled_and_tiled(x, m, a, b):
+    """np.tile (supplied by srcad's runtime: Numba has none), np.full, np.full_like, np.linspace."""
+    t = np.tile(x, 3)
+    u = np.tile(m, (2, 3))
+    w = np.linspace(a, b, x.shape[0]) * np.full(x.shape[0], a * b) + np.full_like(x, b)
+    return np.sum(t * t * np.tile(x, (2, 1))[1, 0]) + np.sum(np.sin(u) * u) + np.sum(w * x * x)
+
+
+def test_fill_and_tile_rules_at_second_order():
+    x, m = np.array([0.3, -0.7, 1.1]), rng.uniform(-1, 1, (2, 2))
+    second_order_check(filled_and_tiled, (x, m, 0.4, 1.3), (True, True, True, True))
+
+
 def test_stacks_have_rules_of_their_own():
     """The gradient function pushes in its first half and pops in its second: its own reverse sweep
     pops the adjoints of what was pushed (Push's rule) and pushes those of what was popped (Pop's)."""

@@ -53,6 +53,8 @@ CASES = [
     Case(R.writes_through_row_views, A(rng.uniform(-1, 1, (4, 3)), 0.8), active=(0, 1)),
     Case(R.column_view_read_after_writes, A(rng.uniform(-1, 1, (4, 3)))),
     Case(R.rotated_buffers, A(vec(6), 0.7), active=(0, 1)),
+    Case(R.tiled, A(vec(4), rng.uniform(-1, 1, (2, 3))), active=(0, 1)),
+    Case(R.names_of_runtime_helpers, A(vec(5), 5)),
 ]
 
 

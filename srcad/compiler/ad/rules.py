@@ -299,6 +299,13 @@ ARRAY_RULES = {
                               lambda args, g, ranks, axis: (np_.sum(g * _linspace_weights(args)), "exact"))),
     "np.transpose": ArrayRule(lambda args, dargs, ranks, axis: np_.transpose(dargs[0]),
                               (lambda args, g, ranks, axis: (np_.transpose(g), "exact"),)),
+    # np.tile, which srcad's runtime supplies (Numba has none), and its adjoint and transpose
+    "srcad.tile": ArrayRule(lambda args, dargs, ranks, axis: srcad.tile(dargs[0], args[1]),
+                            (lambda args, g, ranks, axis: (srcad.untile(g, args[0]), "exact"),)),
+    "srcad.untile": ArrayRule(lambda args, dargs, ranks, axis: srcad.untile(dargs[0], args[1]),
+                              (lambda args, g, ranks, axis: (srcad.tile_like(g, args[0]), "exact"),)),
+    "srcad.tile_like": ArrayRule(lambda args, dargs, ranks, axis: srcad.tile_like(dargs[0], args[1]),
+                                 (lambda args, g, ranks, axis: (srcad.untile(g, args[0]), "exact"),)),
     # what the rules above generate, so that their adjoints can be differentiated again
     "np.expand_dims": ArrayRule(lambda args, dargs, ranks, axis: np_.expand_dims(dargs[0], args[1]),
                                 (lambda args, g, ranks, axis: (Call("np.sum", (g,), (("axis", args[1]),)), "exact"),)),

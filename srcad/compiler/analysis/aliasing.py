@@ -29,7 +29,7 @@ def analyse_aliasing(fn, active_params):
     groups = alias_groups(fn)
     _check_writes(fn, groups, set(active_params))
     stored = {written_array(s) for s in walk(fn.body)} - {None}
-    written = [p for p in fn.params if any(a == p or p in groups.get(a, ()) for a in stored)]
+    written = [fn.names.user(p) for p in fn.params if any(a == p or p in groups.get(a, ()) for a in stored)]
     fn.facts["aliasing"] = {"groups": groups, "may": alias_groups(fn, every_binding=False),
                             "written_params": written}
     return fn

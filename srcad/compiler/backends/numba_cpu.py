@@ -12,6 +12,7 @@ import contextlib
 import glob
 import os
 import stat
+import textwrap
 from pathlib import Path
 
 import numba
@@ -22,16 +23,13 @@ from ..ir import (Assign, BinOp, Call, Compare, Const, Effect, Global, If, Name,
                   TypeRef)
 from ..ir.printer import Printer, Writer
 from ..ir.visit import all_blocks
+from ..runtime import EXPORTS
 from .cache import _discard, import_source, warn_once
 
-HEADER = """import math
-import numpy as np
-import numba
-from numba import types
-from numba.typed import List
-from srcad.compiler.runtime import (check_index, check_loop_index, grow, log_or_zero, power_slope,
-                                    reciprocal_or_zero, stop_gradient, sum_into, trip_count)
-"""
+HEADER = "\n".join(["import math", "import numpy as np", "import numba", "from numba import types",
+                    "from numba.typed import List",
+                    textwrap.fill(f"from srcad.compiler.runtime import ({', '.join(EXPORTS)})", 110,
+                                  subsequent_indent=" " * 36), ""])
 
 
 # ---- stacks ---------------------------------------------------------------------------------------

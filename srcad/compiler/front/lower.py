@@ -17,6 +17,7 @@ import numpy as np
 
 from ..ad.rules import is_elementwise
 from ..errors import TransformError
+from ..runtime import EXPORTS
 from ..ir import (Assign, Attribute, BinOp, Call, Compare, Const, For, Function, Global, If, Name, Names, Slice,
                   Store, Subscript, Tuple, UnaryOp, While)
 from ..ir.forms import is_atom, is_shape_entry, is_tree
@@ -34,11 +35,14 @@ _FOLD = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.
 _METHODS = {"copy": "np.copy", "sum": "np.sum", "mean": "np.mean", "dot": "np.dot", "max": "np.max",
             "min": "np.min", "prod": "np.prod", "transpose": "np.transpose", "ravel": "np.ravel"}
 _BUILTINS = {"abs", "min", "max", "float", "int", "len", "round", "bool"}
+# NumPy functions Numba lacks, which srcad's runtime supplies to compiled code
+_SUPPLIED = {"np.tile": "srcad.tile"}
 # parameters passed by keyword that derivative rules read by position
 _POSITIONAL = {"np.full": ("shape", "fill_value"), "np.full_like": ("a", "fill_value"),
                "np.linspace": ("start", "stop", "num")}
-RESERVED = {"np", "math", "numba", "List", "types", "sum_into", "grow", "trip_count", "power_slope", "log_or_zero",
-            "reciprocal_or_zero", "range", "len", "abs", "min", "max", "float", "int"}
+# names generated code uses for modules, types and runtime helpers: a user name among them is renamed
+RESERVED = {"np", "math", "numba", "List", "types", "range", "len", "abs", "min", "max", "float", "int"} | \
+    set(EXPORTS)
 
 
 def lower(top):
@@ -46,7 +50,8 @@ def lower(top):
     ctx = _Context(top)
     params = [a.arg for a in top.tree.args.args]
     assigned = _assigned_names(top.tree.body)
-    rename = {n: n for n in assigned | set(params)}
+    outer = {n: ctx.names.fresh(f"{n}_", spelled=n) for n in sorted((assigned | set(params)) & RESERVED)}
+    rename = {n: outer.get(n, n) for n in assigned | set(params)}
     copies = {}
     for p in params:
         if p in assigned:          # a parameter the body rebinds: the body works on a local copy
@@ -54,11 +59,12 @@ def lower(top):
     low = _Lowerer(ctx, top, rename, {}, helper=False)
     low.at(top.tree)
     for p, local in copies.items():
-        low.assign(local, Name(p))
+        low.assign(local, Name(outer.get(p, p)))
     body, outs, is_tuple = low.function()
     if not outs:
         raise top.error(top.tree, "a function that returns nothing", "return the value(s) to differentiate")
-    fn = Function(top.name, params, body, outs, is_tuple, names=ctx.names, sources=ctx.infos)
+    fn = Function(top.name, [outer.get(p, p) for p in params], body, outs, is_tuple, names=ctx.names,
+                  sources=ctx.infos)
     fn.facts["lower"] = {"moved": ctx.moved}
     return fn
 
@@ -729,6 +735,7 @@ class _Lowerer:
     def call(self, fn, args, kws):
         """A call of a known function; n-ary min/max become nested binary ones (Python's tie rule: the
         first of equal values wins, as the rule for `max(a, b)` assumes)."""
+        fn = _SUPPLIED.get(fn, fn)
         if fn in ("min", "max") and len(args) > 2 and not kws:
             e = self.call(fn, args[:2], kws)
             for a in args[2:]:
