@@ -222,14 +222,17 @@ def check_index(a, axis, i, site):
 
 @overload(check_index, jit_options={"no_cpython_wrapper": True, "no_cfunc_wrapper": True})
 def _check_index_overload(a, axis, i, site):
+    # compiled for every array type: it only reads the size, and one helper of integers (compiled
+    # once, cached on disk) does the work
     if not isinstance(a, numba.types.Array):
         return lambda a, axis, i, site: None      # a tuple indexed by a constant: typing checked it
+    return lambda a, axis, i, site: _check_one(a.shape[axis], i, site)
 
-    def impl(a, axis, i, site):
-        n = a.shape[axis]
-        if i < -n or i >= n:
-            index_error(site, i, n)
-    return impl
+
+@_helper
+def _check_one(n, i, site):
+    if i < -n or i >= n:
+        index_error(site, i, n)
 
 
 def check_loop_index(a, axis, start, stop, step, scale, offset, site, runs):
@@ -241,13 +244,22 @@ def check_loop_index(a, axis, start, stop, step, scale, offset, site, runs):
 def _check_loop_index_overload(a, axis, start, stop, step, scale, offset, site, runs):
     if not isinstance(a, numba.types.Array):
         return lambda a, axis, start, stop, step, scale, offset, site, runs: None
+    return lambda a, axis, start, stop, step, scale, offset, site, runs: \
+        _check_span(a.shape[axis], start, stop, step, scale, offset, site, runs)
 
-    def impl(a, axis, start, stop, step, scale, offset, site, runs):
-        trips = trip_count(start, stop, step)
-        if trips > 0 and runs > 0:
-            n = a.shape[axis]
-            for i in (start, start + (trips - 1) * step):
-                k = scale * i + offset
-                if k < -n or k >= n:
-                    index_error(site, k, n)
-    return impl
+
+@_helper
+def _check_span(n, start, stop, step, scale, offset, site, runs):
+    """The indices are first, first + delta, ...: if any is out of range, one end is, and the first
+    out of range (the one Python fails on) is found from it."""
+    trips = trip_count(start, stop, step)
+    if trips > 0 and runs > 0:
+        first = scale * start + offset
+        if first < -n or first >= n:
+            index_error(site, first, n)
+        delta = scale * step
+        last = first + (trips - 1) * delta
+        if last >= n:
+            index_error(site, first + (n - first + delta - 1) // delta * delta, n)
+        if last < -n:
+            index_error(site, first + ((first + n) // -delta + 1) * delta, n)

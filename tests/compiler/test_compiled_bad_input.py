@@ -71,6 +71,21 @@ def triangle(x, d, m):
     return s
 
 
+def triangle_columns(x, y, d):
+    s = 0.0
+    for col in range(d):
+        for row in range(col + 1, y.shape[0]):
+            s += y[row] * x[col]
+    return s
+
+
+def descending(x, m):
+    s = 0.0
+    for i in range(1, -m, -1):
+        s += x[i]
+    return s
+
+
 def shifted(x, y):
     s = 0.0
     for i in range(x.shape[0]):
@@ -157,7 +172,7 @@ def test_index_out_of_range_raises_in_the_plain_call_and_the_gradient():
     f = ad.function(sum_of_squares)
     message = r"sum_of_squares \(.*test_compiled_bad_input.py, line \d+\): index {} is out of range for axis 0 of " \
               r"`x` \(size {}\) in `s \+= x\[i\] \* x\[i\]`"
-    with pytest.raises(IndexError, match=message.format(4, 3)):
+    with pytest.raises(IndexError, match=message.format(3, 3)):    # the first index Python would fail on
         f(np.ones(3), 5)
     with pytest.raises(IndexError, match=message.format(0, 0)):
         f(np.empty(0), 1)
@@ -209,6 +224,29 @@ def test_checks_of_triangular_loops_are_made_once_and_exactly():
         f(x, 2, 5)
     primal = ad.show_source(f, "primal")
     assert primal.index("check_loop_index(x, 0, 1, m") < primal.index("for col in")   # the rows, once
+
+
+def test_an_outer_index_read_under_a_triangular_loop_is_checked_once_and_exactly():
+    """`x[col]` under `for row in range(col + 1, m)` is read while col < m - 1: one check before the
+    loops over that range, firing where Python raises and nowhere else."""
+    f = ad.function(triangle_columns)
+    x, y = np.arange(1.0, 5.0), np.linspace(0.5, 2.0, 5)
+    assert f(x, y, 9).numpy() == triangle_columns(x, y, 9)    # col >= 4: the inner loop never runs
+    long_y = np.linspace(0.5, 2.0, 7)
+    assert f(x, long_y, 4).numpy() == triangle_columns(x, long_y, 4)
+    with pytest.raises(IndexError, match=r"index 4 is out of range for axis 0 of `x` \(size 4\) in "
+                                         r"`s \+= y\[row\] \* x\[col\]`"):
+        f(x, long_y, 9)
+    primal = ad.show_source(f, "primal")
+    assert primal.index("check_loop_index(x, 0, 0, min(") < primal.index("for col in")
+
+
+def test_a_descending_loop_fails_at_the_first_index_past_the_start_of_the_array():
+    """x[1], x[0], x[-1], ... on 3 elements: Python fails at x[-4], and so does the check made before the loop."""
+    f = ad.function(descending)
+    assert f(np.arange(1.0, 4.0), 3).numpy() == descending(np.arange(1.0, 4.0), 3)
+    with pytest.raises(IndexError, match=r"index -4 is out of range for axis 0 of `x` \(size 3\)"):
+        f(np.arange(1.0, 4.0), 6)
 
 
 def test_checks_are_dropped_on_request(monkeypatch):

@@ -106,6 +106,19 @@ def test_integrator_is_checkpointed_per_step_and_saves_no_intermediate():
     assert "= 0.0" not in text.split("for i in")[1]               # no adjoint zeroed then added to
 
 
+def test_gmm_saves_nothing_of_its_scratch_arrays():
+    """ADBench GMM: the loop over components runs again in the reverse sweep, and its scratch arrays
+    (xc, qx: rewritten at the top of each iteration) are recomputed there, never saved: neither the
+    forward nor the re-run has a stack for them."""
+    import os
+    import adbench_models as M
+    a = M.gmm_args(M.read_gmm(os.path.join(M.DATA_DIR, "gmm/1k/gmm_d2_K5.txt")))
+    program = pipeline.run(M.gmm_objective, typed(a), (True, True, True, False, False, False), until="cleanup")
+    stacks = set(program.forward.stacks) | set(program.adjoint.stacks)
+    assert not any(s.startswith(("xc_", "qx_")) for s in stacks), sorted(stacks)
+    assert "qx[j] = qdiag[k, j] * xc[j]" in pipeline.function_text(program.adjoint)    # recomputed
+
+
 def test_saves_outside_loops_go_to_locals_and_while_loops_grow_their_stacks():
     def once_then_while(x):
         y = x * 2.0

@@ -101,7 +101,7 @@ class _Reverse:
             if isinstance(s, Assign) and s.target in self.facts.shape_varying and s.target in self.active:
                 out.add(s.target)     # its adjoint is made again shaped like the previous binding
             array = written_array(s)
-            if array is not None and self._may(array) & self.value_reads:
+            if array in self.facts.multi and self._may(array) & self.value_reads:
                 out.add(array)        # a saved region goes back into the array this name is bound to now
             return frozenset(out - self.facts.replayed)
         if self._is_checkpoint_in(s, ctx):
@@ -158,7 +158,7 @@ class _Reverse:
             for s in walk(loop.body):
                 self.owner[id(s)] = self.top
             return
-        self.value_reads |= _value_reads(loop.body)     # the re-run reads them again
+        self.value_reads |= _value_reads(loop.body) - cp.scratch    # the re-run reads them again
         self.top.req = self._required(self.top)
 
     def _tape_cost(self, loop):

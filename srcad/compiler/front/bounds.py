@@ -173,15 +173,14 @@ def _widest(check, loop, changing, steps):
     a, axis, start, stop, step, scale, offset, site, runs = check.call.args
     if not _names_of(check.call) & changing:
         return check
-    if scale == Const(0) and not any(_names_of(e) & changing for e in (a, axis, start, stop, step, runs)):
-        # one index per iteration of `loop`, moving with it: a span over `loop` instead, when the
-        # inner loop runs (its range is the same on every iteration)
-        shift = _offset_from(offset, loop.var, changing)
-        if shift is not None and isinstance(loop.step, Const):
-            inner = Call("srcad.trip_count", (start, stop, step))
-            return Effect(Call(check.call.fn, (a, axis, loop.start, loop.stop, loop.step, Const(1), shift, site,
-                                               inner if runs == Const(1) else Call("min", (runs, inner)))),
-                          check.origin)
+    if scale == Const(0) and not any(_names_of(e) & changing for e in (a, axis, step, runs)):
+        span = _outer_span(loop, start, stop, step, offset, changing, steps)
+        if span is not None:
+            first, last, inner = span
+            if inner is not None:
+                runs = inner if runs == Const(1) else Call("min", (runs, inner))
+            return Effect(Call(check.call.fn, (a, axis, first, last, loop.step, Const(1), _offset_from(
+                offset, loop.var, changing), site, runs)), check.origin)
     fixed = (a, axis, scale, offset, site, runs)
     if step != Const(1) or loop.step != Const(1) or any(_names_of(e) & changing for e in fixed):
         return None
@@ -197,6 +196,30 @@ def _widest(check, loop, changing, steps):
     at = folded(BinOp("+", edge, shift)) if shift != Const(0) else edge
     bounds = (at, stop) if k == 0 else (start, at)
     return Effect(Call(check.call.fn, (a, axis) + bounds + (step, scale, offset, site, runs)), check.origin)
+
+
+def _outer_span(loop, start, stop, step, offset, changing, steps):
+    """One index per iteration of `loop` (`offset` = its index plus a fixed shift), read in an inner loop
+    over range(start, stop, step): (first, last, runs) of the iterations of `loop` on which the inner
+    loop runs, as a range of `loop`'s index (`runs`: a trip count the check also needs, or None).
+    Exact when the inner range is the same on every iteration, or when one end of it moves with
+    `loop`'s index and both step by 1 (`range(i + 1, n)` runs while i < n - 1); else None."""
+    if _offset_from(offset, loop.var, changing) is None or not isinstance(loop.step, Const):
+        return None
+    start, stop = steps.get(start, start), steps.get(stop, stop)
+    moving = [k for k, e in ((0, start), (1, stop)) if _names_of(e) & changing]
+    if not moving:
+        return loop.start, loop.stop, Call("srcad.trip_count", (start, stop, step))
+    if len(moving) != 1 or step != Const(1) or loop.step != Const(1):
+        return None
+    k = moving[0]
+    shift = _offset_from((start, stop)[k], loop.var, changing)
+    if shift is None:
+        return None
+    if k == 0:      # range(i + s, stop) runs while i + s < stop
+        return loop.start, Call("min", (loop.stop, folded(BinOp("-", stop, shift)))), None
+    # range(start, i + s) runs once i + s > start
+    return Call("max", (loop.start, folded(BinOp("+", BinOp("-", start, shift), Const(1))))), loop.stop, None
 
 
 def _outside(check, loop):
