@@ -290,21 +290,6 @@ def power_of_base(x, y):
     return x ** y
 
 
-def lu_in_place(A):
-    """Doolittle LU in place: the saves of the k loops and the save after each of them share one stack."""
-    A = A.copy()
-    n = A.shape[0]
-    for i in range(n):
-        for j in range(i):
-            for k in range(j):
-                A[i, j] -= A[i, k] * A[k, j]
-            A[i, j] /= A[j, j]
-        for j in range(i, n):
-            for k in range(i):
-                A[i, j] -= A[i, k] * A[k, j]
-    return A
-
-
 def rotated_buffers(u0, c):
     """Leapfrog with three buffers rotated by rebinding: writes go to whichever array a name holds."""
     u_prev = u0.copy()
