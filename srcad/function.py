@@ -243,7 +243,8 @@ class CompiledSegment:
         outputs = node.outputs
         given = [None if g is None else np.asarray(g._value if isinstance(g, Tensor) else g) for g in out_grads]
         lead = batch_shape(given, outputs)
-        cotangents = [np.zeros(lead + out.shape, out.dtype) if g is None else g for g, out in zip(given, outputs)]
+        cotangents = [g if g is not None else np.zeros(lead + out.shape, out.dtype) if out is not None
+                      else self.transformed.cotangent_of_none(k, lead) for k, (g, out) in enumerate(zip(given, outputs))]
         if not lead:
             grads = self._adjoint(node, cotangents)
         else:

@@ -89,7 +89,8 @@ def record(op, inputs, outputs, attrs=_NO_ATTRS, tapes=None):
                     node = _new_node(Node, (op, inputs, outputs, attrs))
                 tape._nodes.append(node)
                 for out in outputs:
-                    tracked[id(out)] = out
+                    if out is not None:        # a compiled function may return None
+                        tracked[id(out)] = out
                 break
     return inputs
 
@@ -384,15 +385,15 @@ class GradientTape:
                 keys = tuple(map(id, inputs))
                 needed = [k in reachable for k in keys]
             if True in needed:
-                outputs = node.outputs
+                outputs = node.outputs          # None where a compiled function returned None
                 if len(outputs) == 1:
                     out_keys = id(outputs[0])
-                    if outputs[0]._value.dtype.kind in _DIFFERENTIABLE_KINDS:
+                    if outputs[0] is not None and outputs[0]._value.dtype.kind in _DIFFERENTIABLE_KINDS:
                         reachable.add(out_keys)
                 else:
                     out_keys = tuple(map(id, outputs))
                     reachable.update(k for k, out in zip(out_keys, outputs)
-                                     if out._value.dtype.kind in _DIFFERENTIABLE_KINDS)
+                                     if out is not None and out._value.dtype.kind in _DIFFERENTIABLE_KINDS)
                 path.append((node, keys, needed, out_keys))
 
         raw = not _thread.tapes  # nothing records this sweep: the rules may run on plain NumPy values

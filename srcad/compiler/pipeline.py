@@ -1,7 +1,7 @@
 """The compiler's passes, in order, in one place; `transform` runs them and compiles the result.
 
     source --lower--> primal IR --webs, coalesce, bounds--> (cache key) --types--> typed primal
-      --inplace, aliasing, activity--> facts --reverse--> forward, adjoint
+      --inplace, aliasing, activity, optional--> facts --reverse--> forward, adjoint
       --cleanup, accumulate--> --lower_stacks--> printed and compiled by Numba
 
 Every pass takes the `Program` (the IR functions made so far) and returns it.
@@ -14,12 +14,14 @@ import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 from numba.core import errors as nb_errors
 
 from .ad.reverse import reverse
 from .analysis.activity import analyse_activity
 from .analysis.aliasing import analyse_aliasing
 from .analysis.inplace import resolve_inplace
+from .analysis.optional import flag_optional_values
 from .analysis.types import assign_types, is_float
 from .analysis.webs import split_webs
 from .backends import cache
@@ -97,6 +99,11 @@ def _activity(program):
     return program
 
 
+def _optional(program):
+    flag_optional_values(program.primal)
+    return program
+
+
 def _reverse(program):
     program.forward, program.adjoint = reverse(program.primal)
     return program
@@ -136,6 +143,7 @@ PASSES = [
     ("inplace", _inplace),
     ("aliasing", _aliasing),
     ("activity", _activity),
+    ("optional", _optional),
     ("reverse", _reverse),
     ("cleanup", _cleanup),
     ("accumulate", _accumulate),
@@ -257,6 +265,7 @@ class Transformed:
         self._workspace = list(meta["workspace"])          # dtypes of the forward's scalar stacks
         self._slots = tuple(meta["slots"])                  # where their final buffers sit in `saved`
         self._once = meta["once_per_forward"]               # the adjoint restores shared buffers in place
+        self._optional = [tuple(o) for o in meta["optional_outputs"]]   # (output, slot of its flag, ndim, dtype)
         self._pool = []
 
     def forward(self, *args):
@@ -265,7 +274,22 @@ class Transformed:
         except IndexError:
             buffers = tuple(cpu.new_buffer(d) for d in self._workspace)
         outputs, saved = self._forward(*args, *buffers)
+        if self._optional:
+            outputs = self._none_where_flagged(outputs, saved)
         return outputs, Saved(saved, self) if self._workspace or self._once else saved
+
+    def _none_where_flagged(self, outputs, saved):
+        """Outputs that may be None are None where the forward's flag says so (it computed a placeholder)."""
+        outs = list(outputs) if self.returns_tuple else [outputs]
+        for k, slot, _, _ in self._optional:
+            if saved[slot]:
+                outs[k] = None
+        return tuple(outs) if self.returns_tuple else outs[0]
+
+    def cotangent_of_none(self, k, lead=()):
+        """What the adjoint takes as the cotangent of output `k` where it is None (it is not used)."""
+        ndim, dtype = next((ndim, dtype) for j, _, ndim, dtype in self._optional if j == k)
+        return np.zeros(tuple(lead) + (0,) * ndim, dtype)
 
     def release(self, saved):
         """Keep the stack buffers of a `saved` nobody needs any more, for the next forward."""
@@ -342,7 +366,7 @@ class Checked:
 
 _COMPILE_LOCK = threading.RLock()
 _META_KEYS = ("sources", "returns_tuple", "n_outputs", "written_params", "workspace", "slots", "sites",
-              "once_per_forward", "module_sha256")
+              "once_per_forward", "optional_outputs", "module_sha256")
 
 
 def transform(pyfunc, arg_types, active, boundscheck=True):
@@ -407,11 +431,22 @@ def _compile(program, primal, primal_text, root, name, base=None):
             "workspace": [cpu.buffer_dtype(forward.stacks[w]) for w in forward.workspace],
             "slots": cpu.workspace_slots(forward), "sites": sites,
             "once_per_forward": adjoint.facts["reverse"]["once_per_forward"],
+            "optional_outputs": _optional_outputs(program),
             "module_sha256": cache.content_hash(module_src)}
     if base is not None:
         cache.save_meta(root / f"{base}.json", meta)
     types = cpu.output_types(program.typed.return_type, program.primal.returns_tuple)
     return Transformed(name, primal, fwd, adj, meta, program.active, types)
+
+
+def _optional_outputs(program):
+    """(output, position of its flag in `saved`, rank, dtype) of each output that may be None."""
+    primal, saved = program.primal, program.forward.facts["reverse"]["saved"]
+    out = []
+    for k, flag in sorted(primal.facts.get("optional", {}).get("outputs", {}).items()):
+        ty = primal.types[primal.outputs[k].id]
+        out.append((k, saved.index(flag), getattr(ty, "ndim", 0), str(getattr(ty, "dtype", ty))))
+    return out
 
 
 _PRIMALS = {}

@@ -162,3 +162,11 @@ def none_on_one_path(x, flag):
     if flag > 0:
         extra = x * 2.0
     return np.sum(x * x), extra
+
+
+def none_then_read(x, flag):
+    extra = None
+    if flag > 0:
+        extra = x * 2.0
+    total = np.sum(extra * x)
+    return total, extra

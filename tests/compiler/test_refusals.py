@@ -133,11 +133,38 @@ def test_in_place_update_after_copy_is_fine():
     np.testing.assert_array_equal(x, [1.0, 2.0])
 
 
-def test_value_that_may_be_none_is_refused_when_it_needs_a_gradient():
-    line = line_of(R.none_on_one_path, "extra = None")
-    with pytest.raises(TransformError, match=rf"none_on_one_path .*line {line}\).*`extra` None on one path.*"
-                                             r"Hint: give it an array"):
-        transform(R.none_on_one_path, (ARR, numba.int64), (True, False))
+@pytest.mark.parametrize("flag", [1, 0], ids=["array", "none"])
+def test_value_that_may_be_none_is_differentiated_where_it_is_not(flag):
+    """`extra` is None on one path and an array on the other: under a tape the call returns None or
+    the array, as the plain call does; the gradient takes the array's cotangent where there is one
+    (checked against finite differences, a jacobian, and again from a persistent tape)."""
+    import srcad as ad
+    from srcad.testing import finite_differences
+    f = ad.function(R.none_on_one_path)
+    x0 = np.array([0.5, -1.2, 2.0])
+    x = ad.Variable(x0)
+    with ad.GradientTape(persistent=True) as tape:
+        total, extra = f(x, flag)
+        loss = total + (np.sum(extra * extra) if extra is not None else 0.0)
+    assert (extra is None) == (flag == 0)
+
+    def plain(a):
+        t, e = R.none_on_one_path(a[0], flag)
+        return t + (np.sum(e * e) if e is not None else 0.0)
+    expected = finite_differences(plain, (x0,), 0)
+    for _ in range(2):
+        np.testing.assert_allclose(tape.gradient(loss, x).numpy(), expected, rtol=1e-6)
+    np.testing.assert_allclose(tape.gradient(total, x).numpy(), 2.0 * x0)
+    if extra is not None:
+        np.testing.assert_allclose(tape.jacobian(extra, x).numpy(), 2.0 * np.eye(3))
+
+
+def test_value_that_may_be_none_is_refused_where_it_is_read():
+    line = line_of(R.none_then_read, "total = np.sum(extra * x)")
+    none = line_of(R.none_then_read, "extra = None")
+    with pytest.raises(TransformError, match=rf"none_then_read .*line {line}\).*reads `extra`, which is None "
+                                             rf"where line {none} .*Hint: give it an array"):
+        transform(R.none_then_read, (ARR, numba.int64), (True, False))
 
 
 def test_value_that_may_be_none_is_returned_as_none_by_a_plain_call():

@@ -22,7 +22,7 @@ differentiated again.
 """
 from numba.core import types as nt
 
-from ..analysis.types import rank, type_of
+from ..analysis.types import placeholder, rank, type_of
 from ..ir import (Accumulate, Assign, BinOp, Call, Const, Effect, For, Function, Global, If, Name, Pop, Push, Reserve,
                   Stack, Store, Subscript, Tuple, While)
 from ..ir.visit import blocks, clone, names_in, own_exprs, walk, written_array
@@ -399,6 +399,7 @@ class _Reverse:
         adjoint_body = self._reverse_block(fn.body, self.top)
         final = set(self.top.req["end"]) | {v for v in self.active if isinstance(self.types.get(v), nt.Array)}
         final |= {n for out in fn.outputs for n in names_in(out)}     # what the seeds read (`d_D[n, m] += d_out`)
+        final |= set(fn.facts.get("optional", {}).get("outputs", {}).values())     # and whether they take it
         final -= self.facts.private | set(fn.params)
         stacks = self.stacks[self.top]
         saved = sorted(final) + self.saved_locals + [n for s in sorted(stacks) for n in (s, stacks[s].top)]
@@ -420,7 +421,7 @@ class _Reverse:
         pushed = {t.value.id for t in walk(body) if isinstance(t, Push) and isinstance(t.value, Name)}
         every = {**fn.stacks, **stacks}
         defaults = sorted((set(saved) | pushed) - set(fn.params) - set(every) - {s.top for s in every.values()})
-        init = [Assign(v, _zero_of(self.types[v])) for v in defaults]
+        init = [Assign(v, placeholder(self.types[v])) for v in defaults]
         handed = [Call("np.copy", (o,)) if names_in(o) & set().union(*(self._may(a) for a in shared)) else o
                   for o in fn.outputs]
         outputs = Tuple(tuple(handed)) if fn.returns_tuple else handed[0]
@@ -441,8 +442,10 @@ class _Reverse:
                  if v not in fn.stacks]
         copies = [Assign(a, Call("np.copy", (Name(a),))) for a in sorted(self.restored - shared)]
         seeds = []
-        for out, d in zip(fn.outputs, d_outs):
-            seeds += self.local.accumulate(out, Name(d), "exact", rank(type_of(fn, out)))
+        optional = fn.facts.get("optional", {}).get("outputs", {})
+        for k, (out, d) in enumerate(zip(fn.outputs, d_outs)):
+            seed = self.local.accumulate(out, Name(d), "exact", rank(type_of(fn, out)))
+            seeds += [If(Name(optional[k]), [], seed)] if k in optional and seed else seed     # None: no cotangent
         grads = []
         for p in params:
             g = Name(self.local.adjoint_name(p))
@@ -539,20 +542,3 @@ def _saved_type(ty):
     if isinstance(ty, nt.Array) and ty.layout != "C":
         return nt.Array(ty.dtype, ty.ndim, "A", readonly=not ty.mutable)
     return ty
-
-
-def _zero_of(ty):
-    """A placeholder value of type `ty` (for names saved before their first binding)."""
-    if isinstance(ty, nt.Array):
-        return Call("np.empty", (Tuple((Const(0),) * ty.ndim), Global(f"np.{_dtype_name(ty.dtype)}")))
-    if isinstance(ty, nt.Boolean):
-        return Const(False)
-    if isinstance(ty, nt.Integer):
-        return Const(0)
-    if isinstance(ty, nt.Float):
-        return Call(f"np.{ty}", (Const(0),))
-    return Const(0)
-
-
-def _dtype_name(ty):
-    return "bool_" if isinstance(ty, nt.Boolean) else str(ty)

@@ -25,7 +25,6 @@ def analyse_activity(fn, active_params):
     useful = _useful(fn, varied)
     fn.facts["activity"] = {"varied": varied, "useful": useful, "active": varied & useful,
                             "params": active_params}
-    _refuse_maybe_none(fn, varied & useful)
     return fn
 
 
@@ -104,16 +103,6 @@ def _useful(fn, varied):
                         useful.add(n)
                         changed = True
     return useful
-
-
-def _refuse_maybe_none(fn, active):
-    for s in walk(fn.body):
-        if isinstance(s, Assign) and s.value == Const(None) and s.target in active:
-            raise TransformError(
-                f"{where(s.origin)}: `{s.origin.text}` makes `{s.target}` None on one path, while on another it "
-                f"carries a gradient; srcad cannot differentiate a value that may be None. Hint: give it an array "
-                f"of the same kind on every path (np.zeros(0) for an empty one), or compute it outside the "
-                f"differentiated call")
 
 
 def is_active(fn, atom):

@@ -7,7 +7,7 @@ unreachable and any scalar type keeps it valid.
 """
 from numba.core import types as nt
 
-from ..ir import Const, Name, Slice, Subscript, While
+from ..ir import Call, Const, Global, Name, Slice, Subscript, Tuple, While
 from ..ir.visit import assigned, walk
 
 
@@ -84,3 +84,18 @@ def type_of(fn, e):
         v = e.value
         return nt.boolean if isinstance(v, bool) else nt.int64 if isinstance(v, int) else nt.float64
     return None
+
+
+def placeholder(ty):
+    """A value of type `ty` standing for none (an empty array, a zero): what a name holds before its
+    first binding, or where its value is None."""
+    if isinstance(ty, nt.Array):
+        dtype = "bool_" if isinstance(ty.dtype, nt.Boolean) else str(ty.dtype)
+        return Call("np.empty", (Tuple((Const(0),) * ty.ndim), Global(f"np.{dtype}")))
+    if isinstance(ty, nt.Boolean):
+        return Const(False)
+    if isinstance(ty, nt.Integer):
+        return Const(0)
+    if isinstance(ty, nt.Float):
+        return Call(f"np.{ty}", (Const(0),))
+    return Const(0)

@@ -162,7 +162,11 @@ class Printer:
 
     def stmt(self, w, s, indent):
         w.comment(indent, s.origin)
-        if isinstance(s, If):
+        if isinstance(s, If) and not s.body and s.orelse:      # only the else branch: `if not c:`
+            w.line(indent, f"if {self.expr(UnaryOp('not', s.cond))}:", s.origin)
+            self.block(w, s.orelse, indent + 1)
+            w.end_block()
+        elif isinstance(s, If):
             w.line(indent, f"if {self.expr(s.cond)}:", s.origin)
             self.block(w, s.body, indent + 1)
             if s.orelse:
