@@ -131,6 +131,7 @@ def _accumulate(program):
 def _lower_stacks(program):
     for fn in (program.forward, program.adjoint):
         cpu.lower_stacks(fn)
+        cpu.lower_scatter_adds(fn)
     return program
 
 

@@ -10,8 +10,9 @@ import numpy as np
 from numba.extending import overload
 
 # What generated code imports from here, by these names (user names that collide are renamed).
-EXPORTS = ("check_index", "check_loop_index", "grow", "log_or_zero", "power_slope", "reciprocal_or_zero",
-           "stop_gradient", "sum_into", "tile", "tile_like", "trip_count", "untile")
+EXPORTS = ("add_at", "check_index", "check_loop_index", "diag_like", "grow", "last_written", "log_or_zero",
+           "power_slope", "prod_slopes", "reciprocal_or_zero", "stop_gradient", "sum_into", "tile", "tile_like",
+           "trip_count", "unsort", "untile")
 
 _helper = numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 
@@ -73,6 +74,74 @@ def _sum_into_overload(dest, grad):
     scope = {}
     exec(_sum_into_source(dest.ndim, grad.ndim), scope)
     return scope["impl"]
+
+
+def add_at(dest, index, values):
+    """dest[index] += values for a 1-d index array (of integers, or a boolean mask) along the first
+    axis: a repeated index adds each of its values (NumPy's np.add.at), where `+=` would add one."""
+
+
+@overload(add_at, jit_options={"no_cpython_wrapper": True, "no_cfunc_wrapper": True})
+def _add_at_overload(dest, index, values):
+    if not (isinstance(dest, numba.types.Array) and isinstance(index, numba.types.Array) and index.ndim == 1):
+        return None
+    each = "values[k]" if isinstance(values, numba.types.Array) else "values"
+    if isinstance(index.dtype, numba.types.Boolean):
+        body = ["    k = 0", "    for i in range(index.shape[0]):", "        if index[i]:",
+                f"            dest[i] += {each}", "            k += 1"]
+    else:
+        body = ["    for k in range(index.shape[0]):", f"        dest[index[k]] += {each}"]
+    return _compiled(["def impl(dest, index, values):"] + body)
+
+
+@_helper
+def last_written(index, size):
+    """1.0 at each position of a 1-d index array (into an axis of `size`) that is the last to name its
+    index, else 0.0: a store through it keeps the last of the values written to a repeated index."""
+    seen = np.zeros(size, np.bool_)
+    out = np.zeros(index.shape[0])
+    for k in range(index.shape[0] - 1, -1, -1):
+        i = index[k] + size if index[k] < 0 else index[k]
+        if not seen[i]:
+            out[k] = 1.0
+            seen[i] = True
+    return out
+
+
+@_helper
+def prod_slopes(x):
+    """d np.prod(x) / dx: at each entry the product of all the others (exact where entries are zero)."""
+    flat = x.ravel()
+    n = flat.shape[0]
+    out = np.empty(n, flat.dtype)
+    before = 1.0
+    for i in range(n):             # products of the entries before each one...
+        out[i] = before
+        before *= flat[i]
+    after = 1.0
+    for i in range(n - 1, -1, -1):  # ...times those after it
+        out[i] *= after
+        after *= flat[i]
+    return out.reshape(x.shape)
+
+
+@_helper
+def unsort(g, x):
+    """The transpose of np.sort(x) (1-d): each entry of `g` back where its sorted entry came from."""
+    out = np.empty_like(g)
+    order = np.argsort(x)
+    for k in range(order.shape[0]):
+        out[order[k]] = g[k]
+    return out
+
+
+@_helper
+def diag_like(v, a):
+    """An array shaped like the 2-d `a`, zero but for `v` on its diagonal: the transpose of np.diag(a)."""
+    out = np.zeros(a.shape, v.dtype)
+    for i in range(v.shape[0]):
+        out[i, i] = v[i]
+    return out
 
 
 def _tiled_loops(out_ndim, x_ndim, statement):
@@ -226,6 +295,10 @@ def _check_index_overload(a, axis, i, site):
     # once, cached on disk) does the work
     if not isinstance(a, numba.types.Array):
         return lambda a, axis, i, site: None      # a tuple indexed by a constant: typing checked it
+    if isinstance(i, numba.types.Array) and isinstance(i.dtype, numba.types.Boolean):
+        return lambda a, axis, i, site: _check_mask(a.shape[axis], i.shape[0], site)
+    if isinstance(i, numba.types.Array):
+        return lambda a, axis, i, site: _check_each(a.shape[axis], i.ravel(), site)
     return lambda a, axis, i, site: _check_one(a.shape[axis], i, site)
 
 
@@ -233,6 +306,20 @@ def _check_index_overload(a, axis, i, site):
 def _check_one(n, i, site):
     if i < -n or i >= n:
         index_error(site, i, n)
+
+
+@_helper
+def _check_each(n, indices, site):
+    """An index that is an array of integers: each of them."""
+    for k in range(indices.shape[0]):
+        _check_one(n, indices[k], site)
+
+
+@_helper
+def _check_mask(n, length, site):
+    """A boolean index: as long as the axis (NumPy's rule; Numba would read past it)."""
+    if length != n:
+        index_error(site, length, n)
 
 
 def check_loop_index(a, axis, start, stop, step, scale, offset, site, runs):

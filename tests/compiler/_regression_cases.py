@@ -326,3 +326,29 @@ def names_of_runtime_helpers(x, trip_count):
         for j in range(i):
             grow = grow * 0.5 + sum_into[j] * tile[i]
     return grow + np.sum(tile * tile)
+
+
+def gathers(x, A, idx):
+    """Reads through an index array with repeated indices, a boolean mask, and rows of a matrix."""
+    rows = A[idx]
+    picked = x[idx]
+    picked[0] = 2.0 * picked[0]           # a copy: x is not changed
+    return np.sum(x[idx] * picked) + np.sum(x[x > 0.0] ** 3) + np.sum(rows * rows) + np.sum(A[idx, :] * x[idx][:, None])
+
+
+def scatters(x, v, idx):
+    """Writes through an index array with a repeated index (the last write is kept) and a mask."""
+    y = np.zeros(x.shape[0])
+    y[idx] = v * 2.0
+    z = x * 1.0
+    z[x > 0.0] = np.sin(x[x > 0.0])
+    return np.sum(y * x) + np.sum(z * z)
+
+
+def gather_columns(A, idx):
+    return np.sum(A[:, idx] ** 2)
+
+
+def products_and_moments(x, A):
+    """np.prod (exact where an entry is zero), np.var / np.std, with a reshape and a cumulative sum."""
+    return np.prod(x) + np.prod(A.reshape(-1)) * np.var(A) + np.std(np.cumsum(x))

@@ -242,6 +242,22 @@ def test_fill_and_tile_rules_at_second_order():
     second_order_check(filled_and_tiled, (x, m, 0.4, 1.3), (True, True, True, True))
 
 
+def reshaped_and_joined(x, A):
+    """reshape / ravel / cumsum / var / std / trace / diag / concatenate / stack / sort / mean along an axis."""
+    m = x.reshape(2, 3)
+    s = np.sum(np.cumsum(x) * x) + np.var(x) + np.std(A) + np.trace(A @ A) + np.sum(np.diag(A) ** 3)
+    s += np.sum(np.diag(x[:3]) * A) + np.sum(np.ravel(A.T) * np.arange(9.0))
+    s += np.sum(np.concatenate((x, np.sin(x[:2]))) ** 2) + np.sum(np.stack((x[:3], A[0]), axis=1) * A[:, :2])
+    s += np.sum(np.sort(x) * np.arange(6.0)) + np.sum(np.mean(m, axis=0) ** 2) + np.sum(np.mean(A, axis=-1) * x[:3])
+    return s
+
+
+def test_shape_and_join_rules_at_second_order():
+    x = np.array([0.3, -0.7, 1.1, 0.45, -0.2, 0.8])
+    A = rng.uniform(-1, 1, (3, 3))
+    second_order_check(reshaped_and_joined, (x, A), (True, True))
+
+
 def test_stacks_have_rules_of_their_own():
     """The gradient function pushes in its first half and pops in its second: its own reverse sweep
     pops the adjoints of what was pushed (Push's rule) and pushes those of what was popped (Pop's)."""

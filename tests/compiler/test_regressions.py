@@ -55,6 +55,11 @@ CASES = [
     Case(R.rotated_buffers, A(vec(6), 0.7), active=(0, 1)),
     Case(R.tiled, A(vec(4), rng.uniform(-1, 1, (2, 3))), active=(0, 1)),
     Case(R.names_of_runtime_helpers, A(vec(5), 5)),
+    Case(R.gathers, A(rng.uniform(-1, 1, 6), rng.uniform(-1, 1, (6, 3)), np.array([0, 2, 2, 5, 2])), active=(0, 1)),
+    Case(R.scatters, A(rng.uniform(-1, 1, 6), vec(4), np.array([1, 4, 1, 0])), active=(0, 1)),
+    Case(R.products_and_moments, A(vec(5), rng.uniform(0.5, 1.5, (2, 3))), active=(0, 1)),
+    Case(R.products_and_moments, A(np.array([0.7, 0.0, 1.3, 0.9]), rng.uniform(0.5, 1.5, (2, 3))), active=(0, 1),
+         name="products_and_moments_with_a_zero"),
 ]
 
 
@@ -182,3 +187,30 @@ def test_rotating_an_argument_among_written_buffers_is_refused_with_its_name(act
                 if on:
                     tape.watch(value)
             f(u, c)
+
+
+def test_indexing_with_an_array_is_checked_like_any_index():
+    """Each entry of an index array, and the length of a mask, as NumPy checks them."""
+    import srcad as ad
+    f = ad.function(R.gathers)
+    x, A_ = rng.uniform(-1, 1, 6), rng.uniform(-1, 1, (6, 3))
+    with pytest.raises(IndexError, match=r"gathers .*index 9 is out of range for axis 0 of `A` \(size 6\)"):
+        f(x, A_, np.array([0, 9]))
+    g = ad.function(R.scatters)
+    with pytest.raises(IndexError, match=r"scatters .*index -7 is out of range for axis 0 of `y` \(size 6\)"):
+        g(x, np.ones(2), np.array([1, -7]))
+
+
+def test_other_indexing_with_an_array_is_refused_where_a_gradient_flows():
+    """An index array on another axis than the first (`A[:, idx]`): refused, naming the line; its plain call runs."""
+    import srcad as ad
+    f = ad.function(R.gather_columns)
+    A_ = rng.uniform(-1, 1, (3, 4))
+    idx = np.array([0, 3, 3])
+    assert float(f(A_, idx).numpy()) == pytest.approx(R.gather_columns(A_, idx), rel=1e-12)
+    with pytest.raises(ad.TransformError, match=r"gather_columns .*`return np.sum\(A\[:, idx\] \*\* 2\)` indexes an "
+                                                r"array that carries a gradient with an array of indices.*Hint: index "
+                                                r"with one array on the first axis"):
+        with ad.GradientTape() as tape:
+            a = ad.Variable(A_)
+            f(a, idx)

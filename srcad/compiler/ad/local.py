@@ -17,13 +17,13 @@ are what the save analysis keeps available (`reads`).
 """
 from numba.core import types as nt
 
-from ..analysis.types import rank, type_of
-from ..errors import TransformError, where
+from ..analysis.types import index_array, rank, type_of
+from ..errors import TransformError, problem, where
 from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Global, Name, Pop, Push, Slice, Store, Subscript,
                   Tuple, UnaryOp)
 from ..ir.forms import is_atom, is_tree, leaves
 from ..ir.visit import children, defines, names_in, own_exprs, subexpressions, walk
-from .rules import ARRAY_RULES, ELEMENTWISE, NONDIFF, instantiate, is_elementwise, partials_of
+from .rules import ARRAY_RULES, ELEMENTWISE, JOINS, NONDIFF, instantiate, is_elementwise, partials_of
 
 _SHAPE_ONLY_CALLS = frozenset({"np.zeros_like", "np.empty_like", "np.shape", "np.size", "len", "np.ndim"})
 
@@ -92,6 +92,7 @@ class LocalAdjoints:
                 out = []
             for t in out:
                 t.origin = s.origin
+                _check_scatter(self.fn, t)
             self.memo[id(s)] = out
         return self.memo[id(s)]
 
@@ -141,6 +142,15 @@ class LocalAdjoints:
         stored_rank = rank(type_of(self.fn, Subscript(Name(s.array), s.index)))
         zero = Store(self.adjoint_name(s.array), s.index, Const(0.0))
         v = s.value
+        first = index_array(self.fn, s.index[0])
+        if first is not None and not isinstance(first.dtype, nt.Boolean) and any(self.is_active(a) for a in _atoms(v)):
+            # through an index array, a repeated index keeps its last write: only that value gets its adjoint
+            w = self.local(s, "last_write")
+            self.fn.types[w] = nt.Array(nt.float64, 1, "C")
+            size = Subscript(Attribute(Name(s.array), "shape"), (Const(0),))
+            weights = Subscript(Name(w), (Slice(),) + (Const(None),) * (stored_rank - 1))
+            return [Assign(w, Call("srcad.last_written", (s.index[0], size)))] + \
+                self.accumulate(v, BinOp("*", view, weights), "reduce", stored_rank) + [zero]
         if isinstance(v, Subscript) and v.base == Name(s.array):
             # source and destination may overlap: take the adjoint out before zeroing it
             g = self.local(s, f"g_{s.array}")
@@ -214,6 +224,8 @@ class LocalAdjoints:
             axis = axis.value if isinstance(axis, Const) else None
             if fn in ARRAY_RULES:
                 return self.array_rule(s, fn, list(value.args), axis, g, out_rank)
+            if fn in JOINS and value.args and isinstance(value.args[0], Tuple):
+                return self.join_rule(fn, list(value.args[0].items), axis, g)
             if fn in ELEMENTWISE:
                 return self.tree(value, out_ty, g)
             raise TransformError(f"{where(s.origin)}: no derivative rule for `{fn}` in `{s.origin.text}`. Hint: "
@@ -274,6 +286,16 @@ class LocalAdjoints:
             result.append((args[k], expr, mode, ranks[k] if mode in ("exact", "expand") else out_rank))
         return result
 
+    def join_rule(self, fn, items, axis, g):
+        """The contributions of the arrays of a tuple (np.concatenate, np.stack)."""
+        ranks = [rank(type_of(self.fn, x)) for x in items]
+        result = []
+        for k, item in enumerate(items):
+            if self.is_active(item):
+                expr, mode = JOINS[fn].transpose(items, k, g, ranks, axis)
+                result.append((item, expr, mode, ranks[k]))
+        return result
+
     def accumulate(self, atom, expr, mode, expr_rank):
         """Statements adding `expr` into the adjoint of `atom`."""
         if isinstance(atom, (Const, Global, Attribute)) or not self.is_active(atom):
@@ -288,6 +310,20 @@ class LocalAdjoints:
         if ra == 0 or expr_rank == 0 or mode in ("exact", "expand"):
             return [Accumulate(target, expr)]
         return [Accumulate(target, expr, reduce=True)]
+
+
+def _check_scatter(fn, t):
+    """An accumulation through an index array adds each of its indices (a scatter-add, see the
+    backend): supported with one 1-d index array or mask on the first axis."""
+    if not (isinstance(t, Accumulate) and isinstance(t.target, Subscript)):
+        return
+    index = t.target.index
+    arrays = [k for k, i in enumerate(index) if index_array(fn, i) is not None]
+    if arrays and (arrays != [0] or index_array(fn, index[0]).ndim != 1 or any(i != Slice() for i in index[1:])):
+        raise problem(t.origin, f"`{t.origin.text}` indexes an array that carries a gradient with an array of "
+                                f"indices other than one 1-d index array or mask on its first axis, which srcad "
+                                f"cannot differentiate", "index with one array on the first axis (`x[idx]`, "
+                                f"`A[idx, :]`), or loop over the indices")
 
 
 def _grouped(contributions):

@@ -28,7 +28,7 @@ argument; `np.max` splits the adjoint equally among tied extrema.
 """
 from dataclasses import dataclass
 
-from ..ir import BinOp, Call, Compare, Const, Subscript, UnaryOp, lift
+from ..ir import Attribute, BinOp, Call, Compare, Const, Slice, Subscript, Tuple, UnaryOp, lift
 from ..ir.visit import rebuild
 
 
@@ -165,7 +165,7 @@ NONDIFF = frozenset("""
     np.trunc np.round np.rint np.sign np.argmax np.argmin np.isnan np.isinf np.isfinite math.isnan
     math.isinf math.isfinite np.floor_divide np.logical_and np.logical_or np.logical_not np.greater
     np.less np.equal np.shape np.ndim np.size np.argsort np.heaviside math.factorial np.int64 np.int32
-    np.bool_ range srcad.trip_count
+    np.bool_ range srcad.trip_count srcad.last_written
 """.split())
 
 
@@ -277,6 +277,21 @@ def _linspace_tangent(args, dargs, ranks, axis):
     return parts[0] if len(parts) == 1 else parts[0] + parts[1]
 
 
+def _whole(rule):
+    """A transpose defined only over the whole array (no `axis=`)."""
+    return lambda args, g, ranks, axis: None if axis is not None else rule(args, g, ranks)
+
+
+def _shaped_like(g, x):
+    """`g` with the shape of `x` (the transpose of a reshape)."""
+    return Call("np.reshape", (np_.ascontiguousarray(g), Call("np.shape", (x,))))
+
+
+def _centered(args):
+    x = args[0]
+    return x - np_.mean(x)
+
+
 _MATMUL = ArrayRule(_matmul_tangent, (_matmul_transpose(0), _matmul_transpose(1)))
 
 ARRAY_RULES = {
@@ -299,6 +314,39 @@ ARRAY_RULES = {
                               lambda args, g, ranks, axis: (np_.sum(g * _linspace_weights(args)), "exact"))),
     "np.transpose": ArrayRule(lambda args, dargs, ranks, axis: np_.transpose(dargs[0]),
                               (lambda args, g, ranks, axis: (np_.transpose(g), "exact"),)),
+    "np.reshape": ArrayRule(lambda args, dargs, ranks, axis: Call("np.reshape", (dargs[0], args[1])),
+                            (lambda args, g, ranks, axis: (_shaped_like(g, args[0]), "exact"),)),
+    "np.ravel": ArrayRule(lambda args, dargs, ranks, axis: np_.ravel(dargs[0]),
+                          (lambda args, g, ranks, axis: (_shaped_like(g, args[0]), "exact"),)),
+    "np.cumsum": ArrayRule(lambda args, dargs, ranks, axis: None if axis is not None else np_.cumsum(dargs[0]),
+                           (_whole(lambda args, g, ranks: (_shaped_like(Subscript(np_.cumsum(
+                               Subscript(g, (Slice(step=Const(-1)),))), (Slice(step=Const(-1)),)), args[0]),
+                               "exact")),)),
+    "np.prod": ArrayRule(lambda args, dargs, ranks, axis: None if axis is not None else
+                         np_.sum(dargs[0] * srcad.prod_slopes(args[0])),
+                         (_whole(lambda args, g, ranks: (g * srcad.prod_slopes(args[0]), "exact")),)),
+    "np.var": ArrayRule(lambda args, dargs, ranks, axis: None if axis is not None else
+                        2.0 * np_.mean(_centered(args) * dargs[0]),
+                        (_whole(lambda args, g, ranks: (g * 2.0 * _centered(args) / np_.size(args[0]), "exact")),)),
+    "np.std": ArrayRule(lambda args, dargs, ranks, axis: None if axis is not None else
+                        np_.mean(_centered(args) * dargs[0]) / np_.std(args[0]),
+                        (_whole(lambda args, g, ranks: (g * _centered(args) / (np_.size(args[0]) * np_.std(args[0])),
+                                                        "exact")),)),
+    "np.trace": ArrayRule(lambda args, dargs, ranks, axis: np_.trace(dargs[0]),
+                          (lambda args, g, ranks, axis: None if len(args) > 1 else (g * np_.eye(
+                              Subscript(Call("np.shape", (args[0],)), (Const(0),)),
+                              Subscript(Call("np.shape", (args[0],)), (Const(1),))), "exact"),)),
+    "np.diag": ArrayRule(lambda args, dargs, ranks, axis: np_.diag(dargs[0]),
+                         (lambda args, g, ranks, axis: None if len(args) > 1 else
+                          (np_.diag(g) if ranks[0] == 1 else srcad.diag_like(g, args[0]), "exact"),)),
+    "np.sort": ArrayRule(lambda args, dargs, ranks, axis: Subscript(dargs[0], (Call("np.argsort", (args[0],)),)),
+                         (lambda args, g, ranks, axis: None if axis is not None or ranks[0] != 1 else
+                          (srcad.unsort(g, args[0]), "exact"),)),
+    "srcad.unsort": ArrayRule(lambda args, dargs, ranks, axis: srcad.unsort(dargs[0], args[1]),
+                              (lambda args, g, ranks, axis: (Subscript(g, (Call("np.argsort", (args[1],)),)),
+                                                             "exact"),)),
+    "srcad.diag_like": ArrayRule(lambda args, dargs, ranks, axis: srcad.diag_like(dargs[0], args[1]),
+                                 (lambda args, g, ranks, axis: (np_.diag(g), "exact"),)),
     # np.tile, which srcad's runtime supplies (Numba has none), and its adjoint and transpose
     "srcad.tile": ArrayRule(lambda args, dargs, ranks, axis: srcad.tile(dargs[0], args[1]),
                             (lambda args, g, ranks, axis: (srcad.untile(g, args[0]), "exact"),)),
@@ -312,6 +360,44 @@ ARRAY_RULES = {
 }
 
 
+# ---- functions of a tuple of arrays: the transpose for each array --------------------------------
+
+@dataclass(frozen=True)
+class JoinRule:
+    """np.concatenate((a, b, ...)) and the like: linear in each array of the tuple."""
+    tangent: object          # (items, ditems, ranks, axis) -> tangent expression (None where a ditem is absent)
+    transpose: object        # (items, k, g, ranks, axis) -> (adjoint expression of items[k], mode)
+
+
+def _join_tangent(fn):
+    def tangent(items, ditems, ranks, axis):
+        parts = tuple(d if d is not None else np_.zeros_like(x) for x, d in zip(items, ditems))
+        return Call(fn, (Tuple(parts),), _axis_keywords(axis))
+    return tangent
+
+
+def _concatenate_transpose(items, k, g, ranks, axis):
+    """The part of `g` that items[k] filled: a slice along the axis, after the items before it."""
+    a = (axis or 0) % ranks[0]
+    start = None
+    for item in items[:k]:
+        size = Subscript(Attribute(item, "shape"), (Const(a),))
+        start = size if start is None else start + size
+    size = Subscript(Attribute(items[k], "shape"), (Const(a),))
+    part = Slice(start, size if start is None else start + size)
+    return Subscript(g, (Slice(),) * a + (part,)), "exact"
+
+
+def _stack_transpose(items, k, g, ranks, axis):
+    """The k-th entry of `g` along the new axis."""
+    a = (axis or 0) % (ranks[0] + 1)
+    return Subscript(g, (Slice(),) * a + (Const(k),)), "exact"
+
+
+JOINS = {"np.concatenate": JoinRule(_join_tangent("np.concatenate"), _concatenate_transpose),
+         "np.stack": JoinRule(_join_tangent("np.stack"), _stack_transpose)}
+
+
 # ---- lookups ------------------------------------------------------------------------------------
 
 def is_elementwise(fn):
@@ -319,7 +405,7 @@ def is_elementwise(fn):
 
 
 def has_rule(fn):
-    return fn in ELEMENTWISE or fn in ARRAY_RULES or fn in NONDIFF
+    return fn in ELEMENTWISE or fn in ARRAY_RULES or fn in JOINS or fn in NONDIFF
 
 
 def instantiate(expr, module):
@@ -342,5 +428,5 @@ def partials_of(node):
     return list(node.args), ELEMENTWISE[node.fn]
 
 
-__all__ = ["ELEMENTWISE", "OPERATORS", "NONDIFF", "ARRAY_RULES", "ArrayRule", "elementwise", "is_elementwise",
+__all__ = ["ELEMENTWISE", "OPERATORS", "NONDIFF", "ARRAY_RULES", "ArrayRule", "JOINS", "JoinRule", "elementwise", "is_elementwise",
            "has_rule", "instantiate", "partials_of", "power_partial"]

@@ -10,9 +10,9 @@ and booleans are never active.
 Stores on `fn.facts["activity"]`: `active` (names), `varied`, `useful`, and
 `params` (the active parameters).
 """
-from ..ad.rules import ARRAY_RULES, ELEMENTWISE, NONDIFF, OPERATORS, is_elementwise, partials_of
+from ..ad.rules import ARRAY_RULES, ELEMENTWISE, JOINS, NONDIFF, OPERATORS, is_elementwise, partials_of
 from ..errors import TransformError, where
-from ..ir import Accumulate, Assign, BinOp, Call, Const, Name, Pop, Push, Store, UnaryOp
+from ..ir import Accumulate, Assign, BinOp, Call, Const, Name, Pop, Push, Store, Tuple, UnaryOp
 from ..ir.forms import data_names, is_atom, is_tree
 from ..ir.visit import names_in, walk
 from .types import is_float
@@ -46,6 +46,8 @@ def differentiable_inputs(value):
             return [a for a, p in zip(value.args, partials) if p is not None]
         if value.fn in ARRAY_RULES:
             return [a for a, t in zip(value.args, ARRAY_RULES[value.fn].transposes) if t is not None]
+        if value.fn in JOINS:
+            return list(value.args[0].items) if value.args and isinstance(value.args[0], Tuple) else []
         return list(value.args)       # no rule: refused by the reverse transform if it needs one
     return []
 

@@ -18,6 +18,7 @@ through one of them must save what the others still need) and
 from numba.core import types as nt
 
 from ..errors import TransformError, problem, where
+from .types import index_array
 from ..ir import Assign, Call, Const, For, Name, Slice, Store, Subscript, While
 from ..ir.visit import blocks, defines, names_in, reads, walk, written_array
 
@@ -40,6 +41,8 @@ def view_source(fn, value):
     if isinstance(value, Name):
         src = value.id
     elif isinstance(value, Subscript) and isinstance(value.base, Name):
+        if any(index_array(fn, i) is not None for i in value.index):
+            return None                     # indexing with an array makes a copy
         src = value.base.id
     elif isinstance(value, Call) and value.fn in VIEW_CALLS and value.args and isinstance(value.args[0], Name):
         src = value.args[0].id

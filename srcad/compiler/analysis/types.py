@@ -76,14 +76,28 @@ def type_of(fn, e):
             if isinstance(base, nt.BaseTuple) and isinstance(e.index[0], Const):
                 return base.types[e.index[0].value] if hasattr(base, "types") else getattr(base, "dtype", None)
             return None
-        new_axes = sum(1 for i in e.index if isinstance(i, Const) and i.value is None)
-        dropped = sum(1 for i in e.index if not isinstance(i, Slice)) - new_axes
-        nd = base.ndim - dropped + new_axes
+        nd = base.ndim
+        for i in e.index:
+            ty = index_array(fn, i)
+            if isinstance(i, Const) and i.value is None:
+                nd += 1                                  # np.newaxis
+            elif ty is None:
+                nd -= 0 if isinstance(i, Slice) else 1   # a slice keeps its axis, an integer drops it
+            elif isinstance(ty.dtype, nt.Boolean):
+                nd += 1 - ty.ndim                        # a mask: its axes become one
+            else:
+                nd += ty.ndim - 1                        # an array of indices: its axes replace one
         return base.dtype if nd == 0 else nt.Array(base.dtype, nd, "A")
     if isinstance(e, Const):
         v = e.value
         return nt.boolean if isinstance(v, bool) else nt.int64 if isinstance(v, int) else nt.float64
     return None
+
+
+def index_array(fn, item):
+    """The type of an index item that is an array (of integers, or a boolean mask), else None."""
+    ty = fn.types.get(item.id) if isinstance(item, Name) else None
+    return ty if isinstance(ty, nt.Array) else None
 
 
 def placeholder(ty):

@@ -19,8 +19,9 @@ import numba
 import numpy as np
 from numba.core import types as nt
 
-from ..ir import (Assign, BinOp, Call, Compare, Const, Effect, Global, If, Name, Pop, Push, Reserve, Store, Subscript,
-                  TypeRef)
+from ..analysis.types import index_array, type_of
+from ..ir import (Accumulate, Assign, BinOp, Call, Compare, Const, Effect, Global, If, Name, Pop, Push, Reserve, Store,
+                  Subscript, TypeRef)
 from ..ir.printer import Printer, Writer
 from ..ir.visit import all_blocks
 from ..runtime import EXPORTS
@@ -89,6 +90,30 @@ def _lowered(fn, s):
     if isinstance(s.target, Name):
         return [drop, Assign(s.target.id, value, s.origin)]
     return [drop, Store(s.target.base.id, s.target.index, value, s.origin)]
+
+
+# ---- accumulations through index arrays ----------------------------------------------------------------
+
+def lower_scatter_adds(fn):
+    """`d_x[idx] += g` with an index array becomes `add_at(d_x, idx, g)`, in place: Numba, like NumPy,
+    applies `+=` once per distinct index, and an index repeated in `idx` must add each of its values."""
+    for block in all_blocks(fn.body):
+        block[:] = [t for s in block for t in _scatter_add(fn, s)]
+    return fn
+
+
+def _scatter_add(fn, s):
+    if not (isinstance(s, Accumulate) and isinstance(s.target, Subscript)
+            and any(index_array(fn, i) is not None for i in s.target.index)):
+        return [s]
+    value, out = s.value, []
+    if s.reduce:          # summed down to the region's shape first
+        region = fn.names.fresh("region")
+        fn.types[region] = type_of(fn, s.target)
+        out = [Assign(region, Call("np.zeros_like", (s.target,)), s.origin),
+               Effect(Call("srcad.sum_into", (Name(region), value)), s.origin)]
+        value = Name(region)
+    return out + [Effect(Call("srcad.add_at", (s.target.base, s.target.index[0], value)), s.origin)]
 
 
 # ---- printing ---------------------------------------------------------------------------------------

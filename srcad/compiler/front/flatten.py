@@ -6,7 +6,7 @@ is not elementwise a temporary of its own (`t = np.transpose(a)`,
 `d_x += t @ d_y`), keeping elementwise trees whole and stored values atoms.
 """
 from ..ad.rules import is_elementwise
-from ..ir import Accumulate, Assign, Attribute, BinOp, Call, Name, Push, Slice, Store, Subscript, UnaryOp
+from ..ir import Accumulate, Assign, Attribute, BinOp, Call, Name, Push, Slice, Store, Subscript, Tuple, UnaryOp
 from ..ir.forms import TREE_BINOPS, TREE_UNARY, is_atom
 from ..ir.visit import all_blocks
 
@@ -59,8 +59,9 @@ class _Flat:
             return BinOp(e.op, part(e.left), part(e.right))
         if isinstance(e, UnaryOp):
             return UnaryOp(e.op, part(e.operand))
-        if isinstance(e, Call):
-            return Call(e.fn, tuple(part(a) for a in e.args), tuple((k, self.atom(v)) for k, v in e.keywords))
+        if isinstance(e, Call):       # a tuple argument stays a tuple of atoms (np.concatenate((a, b)))
+            return Call(e.fn, tuple(Tuple(tuple(map(self.atom, a.items))) if isinstance(a, Tuple) else part(a)
+                                    for a in e.args), tuple((k, self.atom(v)) for k, v in e.keywords))
         if isinstance(e, Subscript):
             index = tuple(Slice(*(self.atom(p) if p is not None else None for p in (i.lower, i.upper, i.step)))
                           if isinstance(i, Slice) else self.atom(i) for i in e.index)

@@ -33,7 +33,8 @@ _FOLD = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.
          "%": operator.mod, "**": operator.pow, "<": operator.lt, "<=": operator.le, ">": operator.gt,
          ">=": operator.ge, "==": operator.eq, "!=": operator.ne, "&": operator.and_, "|": operator.or_}
 _METHODS = {"copy": "np.copy", "sum": "np.sum", "mean": "np.mean", "dot": "np.dot", "max": "np.max",
-            "min": "np.min", "prod": "np.prod", "transpose": "np.transpose", "ravel": "np.ravel"}
+            "min": "np.min", "prod": "np.prod", "transpose": "np.transpose", "ravel": "np.ravel",
+            "reshape": "np.reshape", "cumsum": "np.cumsum", "var": "np.var", "std": "np.std", "trace": "np.trace"}
 _BUILTINS = {"abs", "min", "max", "float", "int", "len", "round", "bool"}
 # NumPy functions Numba lacks, which srcad's runtime supplies to compiled code
 _SUPPLIED = {"np.tile": "srcad.tile"}
@@ -726,7 +727,10 @@ class _Lowerer:
                 if path is not None:
                     return self.call(canon or path, node.args, kws)
             if f.attr in _METHODS and (not isinstance(f.value, ast.Name) or self.is_local(f.value.id)):
-                return Call(_METHODS[f.attr], (self.atom(f.value),) + tuple(self.arg(a) for a in node.args), kws)
+                args = tuple(self.arg(a) for a in node.args)
+                if f.attr == "reshape" and len(args) > 1:      # x.reshape(2, 3) is np.reshape(x, (2, 3))
+                    args = (Tuple(args),)
+                return Call(_METHODS[f.attr], (self.atom(f.value),) + args, kws)
             if isinstance(f.value, ast.Name) and self.is_local(f.value.id) and f.attr == "astype":
                 return Call(".astype", (self.atom(f.value),) + tuple(self.kw_value(a) for a in node.args))
         raise self.err(node, "this call", "call math/NumPy functions, plain Python functions, or the array "
@@ -744,6 +748,10 @@ class _Lowerer:
         if is_elementwise(fn) and not kws and not any(isinstance(a, ast.Tuple) for a in args):
             return Call(fn, tuple(self.operand(a) for a in args))
         args = [self.arg(a) for a in args]
+        axis = dict(kws).get("axis")
+        if fn == "np.mean" and len(args) == 1 and axis is not None:      # Numba has no mean along an axis
+            return BinOp("/", self.temp(Call("np.sum", tuple(args), kws)),
+                         Subscript(Attribute(args[0], "shape"), (axis,)))
         named = dict(kws)
         for p in _POSITIONAL.get(fn, ())[len(args):]:
             if p not in named:

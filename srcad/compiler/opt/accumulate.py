@@ -24,6 +24,7 @@ body, and its array appears nowhere else in the body.
 """
 from numba.core import types as nt
 
+from ..analysis.types import index_array
 from ..ir import Accumulate, Assign, Compare, Const, For, If, Name, Slice, Subscript
 from ..ir.visit import assigned, blocks, names_in, own_exprs, walk, written_array
 
@@ -74,7 +75,8 @@ def _element(fn, s):
     base = s.target.base
     ty = fn.types.get(base.id) if isinstance(base, Name) else None
     index = s.target.index
-    if not isinstance(ty, nt.Array) or len(index) != ty.ndim or any(isinstance(i, Slice) for i in index):
+    if not isinstance(ty, nt.Array) or len(index) != ty.ndim or \
+            any(isinstance(i, Slice) or index_array(fn, i) is not None for i in index):
         return None
     return base.id, index
 
