@@ -274,10 +274,11 @@ class Transformed:
             buffers = self._pool.pop()
         except IndexError:
             buffers = tuple(cpu.new_buffer(d) for d in self._workspace)
+        inputs = tuple(np.copy(a) if isinstance(a, np.ndarray) else a for a in args) if self._once else None
         outputs, saved = self._forward(*args, *buffers)
         if self._optional:
             outputs = self._none_where_flagged(outputs, saved)
-        return outputs, Saved(saved, self) if self._workspace or self._once else saved
+        return outputs, Saved(saved, self, inputs) if self._workspace or self._once else saved
 
     def _none_where_flagged(self, outputs, saved):
         """Outputs that may be None are None where the forward's flag says so (it computed a placeholder)."""
@@ -301,8 +302,9 @@ class Transformed:
         *values, saved, d_out = args
         d_outs = d_out if self.returns_tuple else (d_out,)
         if isinstance(saved, Saved):
-            if self._once and saved.used:     # the last adjoint took the buffers back: run the forward again
-                saved.values = self._forward(*values, *(cpu.new_buffer(d) for d in self._workspace))[1]
+            if self._once and saved.used:     # the last adjoint took the buffers back: run the forward again,
+                inputs = tuple(np.copy(a) if isinstance(a, np.ndarray) else a for a in saved.inputs)  # on copies
+                saved.values = self._forward(*inputs, *(cpu.new_buffer(d) for d in self._workspace))[1]
             saved.used = True
             saved = saved.values
         return self._adjoint(*values, *saved, *d_outs)
@@ -324,11 +326,12 @@ class Saved:
     """What a forward saved for its adjoint. When it is dropped (the tape node that held it is gone),
     its stack buffers go back to the function for the next forward instead of back to the OS."""
 
-    __slots__ = ("values", "used", "_owner")
+    __slots__ = ("values", "used", "inputs", "_owner")
 
-    def __init__(self, values, owner):
+    def __init__(self, values, owner, inputs=None):
         self.values = values
         self.used = False
+        self.inputs = inputs          # the arguments as the forward got them, where it may have to run again
         self._owner = owner
 
     def __del__(self):

@@ -128,7 +128,7 @@ def global_array(x):
 
 
 def no_rule(x):
-    return np.sum(np.cumsum(x))
+    return np.sum(np.cumprod(x))
 
 
 def typing_error(x):

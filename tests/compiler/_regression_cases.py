@@ -352,3 +352,68 @@ def gather_columns(A, idx):
 def products_and_moments(x, A):
     """np.prod (exact where an entry is zero), np.var / np.std, with a reshape and a cumulative sum."""
     return np.prod(x) + np.prod(A.reshape(-1)) * np.var(A) + np.std(np.cumsum(x))
+
+
+def shape_of_a_partial_view(y, C):
+    """The length of a view that spans part of an axis is its own, not its array's."""
+    v = y[1:]
+    n = v.shape[0]
+    a, b = C[1:, :].shape
+    V = C[1:, :]
+    return np.sum(v * v) * n + np.sum(V * V) * a * b
+
+
+def view_returned_after_its_index_moves(x):
+    for k in range(3):
+        v = x[k:]
+    for k in range(1):
+        pass
+    return v * 1.0
+
+
+def rotated_elementwise(x, c):
+    """Leapfrog with three rotated buffers written element by element in an inner loop."""
+    u_prev = x.copy()
+    u = x * 1.0
+    u_next = np.zeros_like(x)
+    for s in range(4):
+        for i in range(1, x.shape[0] - 1):
+            u_next[i] = 2.0 * u[i] - u_prev[i] + c * (u[i + 1] - 2.0 * u[i] + u[i - 1])
+        u_prev, u, u_next = u, u_next, u_prev
+    return u
+
+
+def holds_a_rotated_buffer(x):
+    a = x * 1.0
+    b = np.zeros_like(x)
+    c = a
+    for t in range(3):
+        b[:] = np.sin(a) * 1.5
+        a, b = b, a
+    return a, c
+
+
+def rotates_and_scales_an_argument(x, w):
+    a = x * 1.0
+    b = np.zeros_like(x)
+    for t in range(3):
+        b[:] = np.sin(a) * w
+        a, b = b, a
+    w *= 2.0
+    return a
+
+
+def tests_for_none(x, flag):
+    y = None
+    if flag > 0:
+        y = x * 2.0
+    s = np.sum(x * x)
+    if y is None:
+        s = s * 3.0
+    if y is not None:
+        s = s + np.sum(y)
+    return s, y
+
+
+def linspace_default_count(a, b):
+    return np.sum(np.linspace(a, b) ** 2)

@@ -60,6 +60,12 @@ CASES = [
     Case(R.products_and_moments, A(vec(5), rng.uniform(0.5, 1.5, (2, 3))), active=(0, 1)),
     Case(R.products_and_moments, A(np.array([0.7, 0.0, 1.3, 0.9]), rng.uniform(0.5, 1.5, (2, 3))), active=(0, 1),
          name="products_and_moments_with_a_zero"),
+    Case(R.shape_of_a_partial_view, A(vec(5), rng.uniform(-1, 1, (3, 4))), active=(0, 1)),
+    Case(R.view_returned_after_its_index_moves, A(vec(5))),
+    Case(R.rotated_elementwise, A(vec(6), 0.3), active=(0, 1)),
+    Case(R.tests_for_none, A(vec(4), 1), name="tests_for_none_array"),
+    Case(R.tests_for_none, A(vec(4), 0), name="tests_for_none_none"),
+    Case(R.linspace_default_count, A(0.2, 1.3), active=(0, 1)),
 ]
 
 
@@ -214,3 +220,38 @@ def test_other_indexing_with_an_array_is_refused_where_a_gradient_flows():
         with ad.GradientTape() as tape:
             a = ad.Variable(A_)
             f(a, idx)
+
+
+def test_a_name_holding_one_of_the_rotated_buffers_is_refused():
+    """`c = a` then `a, b = b, a` in a loop that writes into b: the write may change what c holds."""
+    import srcad as ad
+    f = ad.function(R.holds_a_rotated_buffer)
+    with pytest.raises(ad.TransformError, match=r"holds_a_rotated_buffer .*`b\[:\] = np.sin\(a\) \* 1.5` writes into "
+                                                r"`b` while `c` \(line \d+: `c = a`\).*Hint: make `c` an independent"):
+        with ad.GradientTape():
+            f(ad.Variable(vec(3)))
+
+
+def test_a_second_adjoint_runs_the_forward_again_on_the_arguments_as_they_were():
+    """Rotated buffers: the adjoint runs once per forward, a second one runs the forward again, on copies
+    of the arguments as the first call got them (it doubles `w` once, and both gradients are right)."""
+    import srcad as ad
+    from srcad.testing import finite_differences
+    x0, w0 = vec(3), vec(3)
+    w = w0.copy()
+    x = ad.Variable(x0)
+    with ad.GradientTape(persistent=True) as tape:
+        s = np.sum(ad.function(R.rotates_and_scales_an_argument)(x, w) * np.arange(1.0, 4.0))
+    fd = finite_differences(lambda a: np.sum(R.rotates_and_scales_an_argument(a[0], w0.copy()) *
+                                             np.arange(1.0, 4.0)), (x0,), 0)
+    np.testing.assert_allclose(tape.gradient(s, x).numpy(), fd, rtol=1e-6)
+    np.testing.assert_allclose(tape.gradient(s, x).numpy(), fd, rtol=1e-6)
+    np.testing.assert_array_equal(w, 2.0 * w0)
+
+
+def test_index_messages_name_the_users_variables():
+    """A parameter renamed because generated code uses its name (`tile`) keeps the user's name in messages."""
+    import srcad as ad
+    f = ad.function(R.names_of_runtime_helpers)
+    with pytest.raises(IndexError, match=r"of `sum_into` \(size 3\)"):
+        f(vec(3), 5)

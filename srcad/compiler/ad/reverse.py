@@ -202,7 +202,9 @@ class _Reverse:
             req = self.top.req.get(id(ctx.loop), frozenset())
         else:
             req = ctx.req.get(id(s), frozenset())
-        sharing = self.fn.facts["aliasing"]["may"].get(array, {array})    # the memory, whatever its name
+        sharing = self._may(array)                  # the memory, whatever its name
+        if len(sharing) > 1 and sharing & self.value_reads:
+            return True     # buffers rotated by rebinding: an earlier binding, restored later, may still need it
         return any(a in self.value_reads and a in req for a in sharing)
 
     def _region_ctx(self, s):

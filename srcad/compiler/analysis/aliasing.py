@@ -27,12 +27,11 @@ VIEW_CALLS = frozenset({"srcad.stop_gradient", "np.transpose", "np.asarray", "np
 
 def analyse_aliasing(fn, active_params):
     """Check `fn` (typed, in-place updates resolved) and store what was found; returns `fn`."""
-    groups = alias_groups(fn)
-    _check_writes(fn, groups, set(active_params))
+    groups, may = alias_groups(fn), alias_groups(fn, every_binding=False)
+    _check_writes(fn, groups, may, set(active_params))
     stored = {written_array(s) for s in walk(fn.body)} - {None}
     written = [fn.names.user(p) for p in fn.params if any(a == p or p in groups.get(a, ()) for a in stored)]
-    fn.facts["aliasing"] = {"groups": groups, "may": alias_groups(fn, every_binding=False),
-                            "written_params": written}
+    fn.facts["aliasing"] = {"groups": groups, "may": may, "written_params": written}
     return fn
 
 
@@ -78,11 +77,15 @@ def alias_groups(fn, every_binding=True):
     return {n: g for g in groups.values() for n in g}
 
 
-def _check_writes(fn, groups, active_params):
-    defs = {}
+def _check_writes(fn, groups, may, active_params):
+    """Refuse a write into an argument that needs a gradient, and a write into an array while another
+    name that shares its memory is read afterwards: one that always does (`groups`), or one bound once
+    to an array that other names are rotated through (`may`: it holds one of the rotated buffers)."""
+    defs, count = {}, {}
     for s in walk(fn.body):
         if isinstance(s, Assign):
             defs.setdefault(s.target, s)
+            count[s.target] = count.get(s.target, 0) + 1
     outputs = {n for out in fn.outputs for n in names_in(out)}
     for path in _paths(fn.body):
         s = path[-1][0][path[-1][1]]
@@ -93,7 +96,8 @@ def _check_writes(fn, groups, active_params):
             user = fn.names.user(arr)
             raise TransformError(f"{where(s.origin)}: `{s.origin.text}` writes into its input `{user}` which needs "
                                  f"a gradient; copy it first: {user} = {user}.copy()")
-        for other in sorted(groups.get(arr, {arr}) - {arr}):
+        held = {m for m in may.get(arr, ()) if count.get(m) == 1 and m not in fn.params}
+        for other in sorted((groups.get(arr, {arr}) | held) - {arr}):
             if _disjoint(defs.get(other), s) or not _live_after(path, other, outputs):
                 continue
             view = defs.get(other)

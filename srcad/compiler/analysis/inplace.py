@@ -105,8 +105,12 @@ class View:
         return Name(self.base) if self.index is None else Subscript(Name(self.base), self.index)
 
     def base_axis(self, k):
-        """The axis of the base that axis `k` of the view is."""
-        return [a for a, item in enumerate(self.axes) if isinstance(item, Slice)][k]
+        """The axis of the base that axis `k` of the view is, when the view spans all of it (its
+        length is then the base's); raises LookupError for a part of an axis (`y[1:]`)."""
+        a = [a for a, item in enumerate(self.axes) if isinstance(item, Slice)][k]
+        if self.axes[a] != Slice():
+            raise LookupError(self.axes[a])
+        return a
 
     def element(self, index):
         """The index into the base of `name[index]`, or None where that is no basic index of the base."""
@@ -167,6 +171,8 @@ def _substitute_view(fn, block, k, view, outputs):
     later = {id(t) for t in walk(rest)}
     if any(z in reads(t) for t in walk(fn.body) if t is not block[k] and id(t) not in later):
         return False
+    if z in outputs and block is not fn.body:
+        return False        # returned: the names of its index must hold until the end, beyond this block
     last = max((i for i, t in enumerate(rest) if z in _reads_within(t)), default=-1)
     # y may be rebound by the statement that reads z last (`D = z`: read before the write)
     span = rest if z in outputs else rest[:last] + ([] if last < 0 or isinstance(rest[last], Assign) else [rest[last]])

@@ -6,8 +6,10 @@ its bindings to None becomes an empty placeholder of its type and a flag
 records which the name holds: the forward hands back None where the flag is
 set, and the adjoint takes the cotangent of that output only where it is not.
 A name copied from such a name (`z = y`) may be None too and gets a flag of
-its own. Any other read of one (arithmetic, a call, a store) is refused with
-the user's line: srcad cannot differentiate a value that may be None there.
+its own, and a test `y is None` reads the flag. Other reads (arithmetic, a
+call, a store) are fine where the name is known not to be None (after a
+binding to a value, under `if y is not None:`); elsewhere they are refused
+with the user's line: srcad cannot differentiate a value that may be None there.
 
 Runs after activity, on active names only (the others keep their None).
 Stores on `fn.facts["optional"]`: `flags` (name -> its flag) and `outputs`
@@ -16,8 +18,8 @@ Stores on `fn.facts["optional"]`: `flags` (name -> its flag) and `outputs`
 from numba.core import types as nt
 
 from ..errors import problem
-from ..ir import Assign, Const, Name
-from ..ir.visit import all_blocks, names_in, reads, walk
+from ..ir import Assign, Compare, Const, For, If, Name, UnaryOp, While
+from ..ir.visit import all_blocks, map_exprs, names_in, reads, rewrite_top_down, walk
 from .types import placeholder
 
 
@@ -26,10 +28,10 @@ def flag_optional_values(fn):
     active = fn.facts["activity"]["active"]
     maybe_none = _maybe_none(fn, active)
     flags = {n: fn.names.fresh(f"{n}_is_none") for n in sorted(maybe_none)}
-    for n in maybe_none:
-        _refuse_other_reads(fn, n, maybe_none)
     for flag in flags.values():
         fn.types[flag] = nt.boolean
+    _refuse_reads_where_none(fn, maybe_none)
+    _tests_read_the_flags(fn, flags)
     for block in all_blocks(fn.body):
         block[:] = [t for s in block for t in _with_flag(fn, s, flags)]
     outputs = {k: flags[out.id] for k, out in enumerate(fn.outputs) if isinstance(out, Name) and out.id in flags}
@@ -50,19 +52,77 @@ def _maybe_none(fn, active):
     return found
 
 
-def _refuse_other_reads(fn, name, maybe_none):
-    none = next(t for t in walk(fn.body) if isinstance(t, Assign) and t.target in maybe_none and t.value == Const(None))
-    hint = "give it an array of the same kind on every path (np.zeros(0) for an empty one), or only return it"
+def _tests_read_the_flags(fn, flags):
+    """`y is None` / `y is not None` on such a name is its flag (or the flag's negation)."""
+    def test(e):
+        if isinstance(e, Compare) and e.op in ("is", "is not") and e.right == Const(None) \
+                and isinstance(e.left, Name) and e.left.id in flags:
+            flag = Name(flags[e.left.id])
+            return flag if e.op == "is" else UnaryOp("not", flag)
+        return None
     for s in walk(fn.body):
-        copy = isinstance(s, Assign) and s.value == Name(name) and s.target in maybe_none
-        if name in reads(s) and not copy:
-            raise problem(s.origin, f"`{s.origin.text}` reads `{fn.names.user(name)}`, which is None where line "
-                                    f"{none.origin.line} (`{none.origin.text}`) bound it, while on another path it "
-                                    f"carries a gradient: srcad cannot differentiate a value that may be None there",
-                          hint)
-    if any(name in names_in(out) and out != Name(name) for out in fn.outputs):
-        raise problem(none.origin, f"`{fn.names.user(name)}` may be None (`{none.origin.text}`) and is returned "
-                                   f"indexed: srcad cannot differentiate that", hint)
+        map_exprs(s, lambda e: rewrite_top_down(e, test))
+
+
+def _refuse_reads_where_none(fn, maybe_none):
+    """Refuse a read of a name that may be None (other than a copy into another such name, a test
+    `is None`, a return) where it is not known not to be: known after a binding to a value, and in
+    the branch of `if y is not None:` (or the else of `if y is None:`); branches join, loops iterate."""
+    count = {}
+    for s in walk(fn.body):
+        if isinstance(s, Assign):
+            count[s.target] = count.get(s.target, 0) + 1
+    tests = {}            # a temporary bound once to `y is not None` (True) or `y is None` (False)
+    for s in walk(fn.body):
+        v = s.value if isinstance(s, Assign) else None
+        if isinstance(v, Compare) and v.op in ("is", "is not") and v.right == Const(None) and \
+                isinstance(v.left, Name) and v.left.id in maybe_none and count[s.target] == 1:
+            tests[s.target] = (v.left.id, v.op == "is not")
+    nones = [s for s in walk(fn.body) if isinstance(s, Assign) and s.target in maybe_none and s.value == Const(None)]
+
+    def refuse(s, name):
+        none = next((t for t in nones if t.target == name), nones[0])
+        raise problem(s.origin, f"`{s.origin.text}` reads `{fn.names.user(name)}`, which is None where line "
+                                f"{none.origin.line} (`{none.origin.text}`) bound it, while on another path it "
+                                f"carries a gradient: srcad cannot differentiate a value that may be None there",
+                      "test it first (`if y is not None:`), give it an array on every path (np.zeros(0) for an "
+                      "empty one), or only return it")
+
+    def block(stmts, known):
+        for s in stmts:
+            known = stmt(s, known)
+        return known
+
+    def stmt(s, known):
+        if isinstance(s, If):
+            test = tests.get(s.cond.id) if isinstance(s.cond, Name) else None
+            body = known | {test[0]} if test and test[1] else known
+            orelse = known | {test[0]} if test and not test[1] else known
+            return block(s.body, body) & block(s.orelse, orelse)
+        if isinstance(s, (For, While)):
+            head = known
+            while True:
+                after = block(s.body, head)
+                if head & after == head:
+                    return head
+                head = head & after
+        harmless = isinstance(s, Assign) and (s.value == Const(None) or s.target in tests or (
+            isinstance(s.value, Name) and s.target in maybe_none))
+        for name in reads(s) & maybe_none:
+            if name not in known and not harmless:
+                refuse(s, name)
+        if isinstance(s, Assign) and s.target in maybe_none:
+            v = s.value
+            none = v == Const(None) or (isinstance(v, Name) and v.id in maybe_none and v.id not in known)
+            return known - {s.target} if none else known | {s.target}
+        return known
+
+    block(fn.body, frozenset())
+    for out in fn.outputs:
+        if names_in(out) & maybe_none and not isinstance(out, Name):
+            raise problem(nones[0].origin, f"`{fn.names.user(nones[0].target)}` may be None "
+                                           f"(`{nones[0].origin.text}`) and is returned indexed: srcad cannot "
+                                           f"differentiate that", "test it first, or return it as it is")
 
 
 def _with_flag(fn, s, flags):

@@ -49,10 +49,10 @@ def _block(fn, stmts, loop, sites):
             span = _counter_span(loop, array, index, counters, stepped) if index in counters else \
                 _loop_span(loop, array, steps.get(index, index))
             if span is None:
-                before.append(_check("srcad.check_index", (Name(array), Const(axis), index), s, sites))
+                before.append(_check(fn, "srcad.check_index", (Name(array), Const(axis), index), s, sites))
             elif not any(c.call.args[:7] == (Name(array), Const(axis)) + span for c in hoisted):
                 # one check before the loop per array, axis and index range
-                hoisted.append(_check("srcad.check_loop_index", (Name(array), Const(axis)) + span, s, sites,
+                hoisted.append(_check(fn, "srcad.check_loop_index", (Name(array), Const(axis)) + span, s, sites,
                                       Const(1)))
         if isinstance(s, For):
             for check in _block(fn, s.body, s, sites):
@@ -160,8 +160,8 @@ def _negated(e):
     return Const(-e.value) if isinstance(e, Const) else BinOp("-", Const(0), e)
 
 
-def _check(helper, args, s, sites, *more):
-    site = _site(sites, s, args[0].id, args[1].value)
+def _check(fn, helper, args, s, sites, *more):
+    site = _site(sites, s, fn.names.user(args[0].id), args[1].value)
     return Effect(Call(helper, args + (Const(site),) + more), s.origin)
 
 

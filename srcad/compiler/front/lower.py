@@ -27,7 +27,8 @@ from .parse import all_names, canonical_callable, is_stop_gradient, load, resolv
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
            ast.Pow: "**", ast.MatMult: "@", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^"}
 _UNARY = {ast.USub: "-", ast.UAdd: "+", ast.Not: "not", ast.Invert: "~"}
-_COMPARE = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
+_COMPARE = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!=", ast.Is: "is",
+            ast.IsNot: "is not"}
 _TREE_OPS = {"+", "-", "*", "/", "**", "%"}
 _FOLD = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,
          "%": operator.mod, "**": operator.pow, "<": operator.lt, "<=": operator.le, ">": operator.gt,
@@ -38,9 +39,10 @@ _METHODS = {"copy": "np.copy", "sum": "np.sum", "mean": "np.mean", "dot": "np.do
 _BUILTINS = {"abs", "min", "max", "float", "int", "len", "round", "bool"}
 # NumPy functions Numba lacks, which srcad's runtime supplies to compiled code
 _SUPPLIED = {"np.tile": "srcad.tile"}
-# parameters passed by keyword that derivative rules read by position
+# parameters passed by keyword that derivative rules read by position, and their defaults
 _POSITIONAL = {"np.full": ("shape", "fill_value"), "np.full_like": ("a", "fill_value"),
                "np.linspace": ("start", "stop", "num")}
+_DEFAULTS = {"np.linspace": {2: Const(50)}}
 # names generated code uses for modules, types and runtime helpers: a user name among them is renamed
 RESERVED = {"np", "math", "numba", "List", "types", "range", "len", "abs", "min", "max", "float", "int"} | \
     set(EXPORTS)
@@ -595,6 +597,8 @@ class _Lowerer:
         return folded(UnaryOp(op, self.atom(node.operand)))
 
     def expr_Compare(self, node):
+        if any(type(op) not in _COMPARE for op in node.ops):
+            raise self.err(node, "an `in` / `not in` test", "compare values with == or a loop")
         if len(node.ops) == 1:
             return folded(Compare(_COMPARE[type(node.ops[0])], self.atom(node.left), self.atom(node.comparators[0])))
         parts = []
@@ -754,9 +758,9 @@ class _Lowerer:
                          Subscript(Attribute(args[0], "shape"), (axis,)))
         named = dict(kws)
         for p in _POSITIONAL.get(fn, ())[len(args):]:
-            if p not in named:
+            if p not in named and len(args) not in _DEFAULTS.get(fn, {}):
                 break
-            args.append(named.pop(p))
+            args.append(named.pop(p) if p in named else _DEFAULTS[fn][len(args)])
         return Call(fn, tuple(args), tuple(named.items()))
 
     def kw_value(self, v):

@@ -119,7 +119,7 @@ class UnaryOp(Expr):
 
 @dataclass(frozen=True, slots=True)
 class Compare(Expr):
-    """`left op right`, op one of < <= > >= == !=."""
+    """`left op right`, op one of < <= > >= == != is (is not)."""
     op: str
     left: Expr
     right: Expr

@@ -21,7 +21,8 @@ from .nodes import (Accumulate, Assign, Attribute, BinOp, Call, Compare, Const, 
 _BINOPS = {"+": ast.Add, "-": ast.Sub, "*": ast.Mult, "/": ast.Div, "//": ast.FloorDiv, "%": ast.Mod,
            "**": ast.Pow, "@": ast.MatMult, "&": ast.BitAnd, "|": ast.BitOr, "^": ast.BitXor}
 _UNARY = {"-": ast.USub, "+": ast.UAdd, "not": ast.Not, "~": ast.Invert}
-_COMPARE = {"<": ast.Lt, "<=": ast.LtE, ">": ast.Gt, ">=": ast.GtE, "==": ast.Eq, "!=": ast.NotEq}
+_COMPARE = {"<": ast.Lt, "<=": ast.LtE, ">": ast.Gt, ">=": ast.GtE, "==": ast.Eq, "!=": ast.NotEq, "is": ast.Is,
+            "is not": ast.IsNot}
 RUNTIME_PREFIX = "srcad."
 
 
