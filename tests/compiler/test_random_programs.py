@@ -12,7 +12,9 @@ through aliases and helper parameters, copies within one array whose source
 and destination overlap, branches on module-level constants, and arrays made
 afresh in each iteration of a loop then updated region by region (the loop
 is run again in the reverse sweep), nested triangular loops whose inner and outer
-writes save onto one stack, and rows and columns written through views.  Every value stays in a safe domain (no log/sqrt of negatives:
+writes save onto one stack, rows and columns written through views, reads and
+writes through arrays of repeated indices and masks, and buffers rotated by
+rebinding.  Every value stays in a safe domain (no log/sqrt of negatives:
 ``exp(sin(.))``, ``tanh``, ``log(e*e + 1)``, ``sqrt(e*e + 1)``, ``e / (e*e + 1)``).
 
 Cost: one compile is the expensive part, so each generated *program* is a
@@ -384,6 +386,30 @@ def frag_views(g, scalars):
     return lines, "np.sum(%s * %s) + np.sum(%s * x[1:])" % (m, m, v)
 
 
+def frag_index_arrays(g, scalars):
+    """Reads and writes through an array of indices with repeated entries, and through a mask."""
+    idx, picked, z = g.name("idx"), g.name("g"), g.name("z")
+    lines = ["%s = (np.arange(n) * %d) %% %d" % (idx, g.draw(st.integers(1, 3)), g.draw(st.integers(2, N - 1))),
+             "%s = x[%s] * (%s)" % (picked, idx, g.expr(scalars, 1)),
+             "%s = y * 1.0" % z,
+             "%s[%s] = np.sin(%s) + y[%s]" % (z, idx, picked, idx)]
+    return lines, "np.sum(%s * x) + np.sum(x[x > %s] ** 2)" % (z, g.draw(_THRESH))
+
+
+def frag_rotation(g, scalars):
+    """Two or three buffers rotated by rebinding, updated whole or element by element."""
+    p, q, r = g.name("p"), g.name("q"), g.name("r")
+    lines = ["%s = x * (%s)" % (p, g.expr(scalars, 1)), "%s = y * 1.0" % q, "%s = np.zeros_like(x)" % r,
+             "for t in range(%d):" % g.draw(st.integers(1, 3))]
+    if g.draw(st.booleans()):
+        lines += ["    for i in range(n):",
+                  "        %s[i] = np.sin(%s[i]) * 0.9 + %s[i] * y[i]" % (r, p, q)]
+    else:
+        lines.append("    %s[:] = np.sin(%s) * 0.9 + %s * y" % (r, p, q))
+    lines.append("    %s, %s, %s = %s, %s, %s" % ((p, q, r, r, p, q) if g.draw(st.booleans()) else (p, r, q, r, q, p)))
+    return lines, "np.sum(%s * y) + np.sum(%s)" % (p, q)
+
+
 class _Helpers:
     def __init__(self):
         self.defs = []
@@ -419,7 +445,7 @@ def frag_helper(g, scalars, helpers):
 
 _FRAGS = [frag_straight, frag_loop, frag_array_overwrite, frag_branch, frag_while,
           frag_break_continue, frag_numpy, "helper", frag_moving_slices, "inplace_alias", frag_overlap_copy,
-          frag_constant_branch, frag_rerun_regions, frag_triangular, frag_views]
+          frag_constant_branch, frag_rerun_regions, frag_triangular, frag_views, frag_index_arrays, frag_rotation]
 
 
 @st.composite
