@@ -337,16 +337,22 @@ def _check_loop_index_overload(a, axis, start, stop, step, scale, offset, site, 
 
 @_helper
 def _check_span(n, start, stop, step, scale, offset, site, runs):
-    """The indices are first, first + delta, ...: if any is out of range, one end is, and the first
-    out of range (the one Python fails on) is found from it."""
+    """The indices are first, first + delta, ...: if any is out of range, one end is. One test on the
+    path taken when all is well (it runs inside loops); the report is a call of its own."""
     trips = trip_count(start, stop, step)
     if trips > 0 and runs > 0:
         first = scale * start + offset
-        if first < -n or first >= n:
-            index_error(site, first, n)
-        delta = scale * step
-        last = first + (trips - 1) * delta
-        if last >= n:
-            index_error(site, first + (n - first + delta - 1) // delta * delta, n)
-        if last < -n:
-            index_error(site, first + ((first + n) // -delta + 1) * delta, n)
+        last = first + (trips - 1) * (scale * step)
+        if first < -n or first >= n or last < -n or last >= n:
+            _out_of_range(site, n, first, scale * step, trips)
+
+
+@numba.njit(cache=True, no_cfunc_wrapper=True, inline="never")
+def _out_of_range(site, n, first, delta, trips):
+    """Raise the IndexError of the first index out of range along the loop (the one Python fails on)."""
+    last = first + (trips - 1) * delta
+    if first < -n or first >= n:
+        index_error(site, first, n)
+    if last >= n:
+        index_error(site, first + (n - first + delta - 1) // delta * delta, n)
+    index_error(site, first + ((first + n) // -delta + 1) * delta, n)
