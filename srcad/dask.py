@@ -4,7 +4,8 @@ A loss summed over the rows of a data set is a sum of per-chunk losses, and
 so is its gradient: each worker runs the compiled function (under a
 ``GradientTape``) on the chunks it holds and the partial values and gradients
 are summed in a tree on the cluster, the chunks of one worker first, so that
-only a worker's total crosses to another.  Only the parameters travel to the
+only a worker's total crosses to another (and with a few workers, only to the
+client, which adds them).  Only the parameters travel to the
 workers (scattered once per call) and only gradients come back; the data stay
 where Dask keeps them, so persist them once (``data = client.persist(data)``)
 before calling these repeatedly.
@@ -87,10 +88,10 @@ def value_and_grad(f, params, data, *, client=None, argnums=0):
             leaves.append((key, where.get(i)))
             if i in where:
                 pins[key] = [where[i]]
-        total = _tree_sum(layer, leaves, token)
-        return MaterializedLayer(layer, annotations={"workers": pins.get, "allow_other_workers": True}), [total]
+        totals = _tree_sum(layer, leaves, token)
+        return MaterializedLayer(layer, annotations={"workers": pins.get, "allow_other_workers": True}), totals
 
-    [(value, grads)] = _run(_client(client), (f, _origin(f), values), tasks, arrays, blocks)
+    value, grads = _sum(*_run(_client(client), (f, _origin(f), values), tasks, arrays, blocks))
     return value, (grads[0] if single else grads)
 
 
@@ -272,11 +273,13 @@ def _holders(blocks, held):
 
 
 def _tree_sum(layer, parts, token):
-    """Adds summing tasks to ``layer`` down to one total and returns its key.  ``parts``: (key, worker) of the
-    partials.  Each task adds up to ``_FAN_IN`` partials of one worker, until every worker has one; then
-    the workers' totals are added, so that only those cross between workers."""
+    """Adds summing tasks to ``layer`` and returns the keys of at most ``_FAN_IN`` totals, which the client
+    adds.  ``parts``: (key, worker) of the partials.  Each task adds up to ``_FAN_IN`` partials of one
+    worker, until every worker has one; then the workers' totals are added on the cluster while there are
+    more than ``_FAN_IN`` of them, so that only those cross between workers (a sum there would cost a
+    task more, and a transfer, for what the client adds in microseconds)."""
     level = 0
-    while len(parts) > 1:
+    while len(parts) > _FAN_IN or len({worker for _, worker in parts}) < len(parts):
         by_worker = {}
         for key, worker in parts:
             by_worker.setdefault(worker, []).append(key)
@@ -292,7 +295,7 @@ def _tree_sum(layer, parts, token):
                     layer[key] = Task(key, _sum, *(TaskRef(k) for k in group))
                 parts.append((key, worker))
         level += 1
-    return parts[0][0]
+    return [key for key, _ in parts]
 
 
 def _client(client):
