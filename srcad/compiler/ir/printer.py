@@ -164,9 +164,7 @@ class Printer:
     def stmt(self, w, s, indent):
         w.comment(indent, s.origin)
         if isinstance(s, If) and not s.body and s.orelse:      # only the else branch: `if not c:`
-            w.line(indent, f"if {self.expr(UnaryOp('not', s.cond))}:", s.origin)
-            self.block(w, s.orelse, indent + 1)
-            w.end_block()
+            self.compound(w, indent, f"if {self.expr(UnaryOp('not', s.cond))}:", s.orelse, s.origin)
         elif isinstance(s, If):
             w.line(indent, f"if {self.expr(s.cond)}:", s.origin)
             self.block(w, s.body, indent + 1)
@@ -176,15 +174,17 @@ class Printer:
                 self.block(w, s.orelse, indent + 1)
             w.end_block()
         elif isinstance(s, For):
-            w.line(indent, f"for {s.var} in {self.expr(Call('range', range_args(s)))}:", s.origin)
-            self.block(w, s.body, indent + 1)
-            w.end_block()
+            self.compound(w, indent, f"for {s.var} in {self.expr(Call('range', range_args(s)))}:", s.body, s.origin)
         elif isinstance(s, While):
-            w.line(indent, f"while {s.cond}:", s.origin)
-            self.block(w, s.body, indent + 1)
-            w.end_block()
+            self.compound(w, indent, f"while {s.cond}:", s.body, s.origin)
         else:
             w.line(indent, self.stmt_text(s), s.origin)
+
+    def compound(self, w, indent, header, body, origin):
+        """`header:` and its block."""
+        w.line(indent, header, origin)
+        self.block(w, body, indent + 1)
+        w.end_block()
 
     def function(self, fn, w=None):
         """`def name(params): body; return outputs`, appended to Writer `w` (a new one by default)."""
