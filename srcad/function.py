@@ -243,13 +243,19 @@ class CompiledSegment:
         outputs = node.outputs
         given = [None if g is None else np.asarray(g._value if isinstance(g, Tensor) else g) for g in out_grads]
         lead = batch_shape(given, outputs)
-        cotangents = [g if g is not None else np.zeros(lead + out.shape, out.dtype) if out is not None
-                      else self.transformed.cotangent_of_none(k, lead) for k, (g, out) in enumerate(zip(given, outputs))]
+        cotangents = [g if g is not None else self._zero_cotangent(k, out, lead) for k, (g, out) in
+                      enumerate(zip(given, outputs))]
         if not lead:
             grads = self._adjoint(node, cotangents)
         else:
             grads = self._adjoint_batched(node, cotangents, lead)
         return [Tensor._wrap(g) if g is not None and need else None for g, need in zip(grads, needed)]
+
+    def _zero_cotangent(self, k, out, lead):
+        """The cotangent of output `k` that none was given for: zeros (an empty array where it is None)."""
+        if out is None:
+            return self.transformed.cotangent_of_none(k, lead)
+        return np.zeros(lead + out.shape, out.dtype)
 
     def _adjoint(self, node, cotangents):
         values, saved = node.attrs["values"], node.attrs["saved"]

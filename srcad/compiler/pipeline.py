@@ -130,8 +130,7 @@ def _accumulate(program):
 
 def _lower_stacks(program):
     for fn in (program.forward, program.adjoint):
-        cpu.lower_stacks(fn)
-        cpu.lower_scatter_adds(fn)
+        cpu.lower_for_target(fn)
     return program
 
 
@@ -210,12 +209,12 @@ def _typing(dispatcher, program, path, origins, compile_it=False):
 def transform_function(fn, arg_types, active):
     """Differentiate an IR Function (generated code, say `ad.vjp.vjp_function` of an earlier
     transform) the way `transform` differentiates Python: its values are brought to atoms
-    (`flatten`), its types come from Numba's inference on its printed, stack-lowered copy, then the
-    passes from `inplace` on. Returns a `Transformed`."""
+    (`flatten`), its types come from Numba's inference on its printed copy (lowered for the target),
+    then the passes from `inplace` on. Returns a `Transformed`."""
     fn = flatten(copy_function(fn))
     program = Program(fn, arg_types=tuple(arg_types), active=tuple(bool(a) for a in active))
     _check_arguments(fn, program.arg_types, program.active)
-    typed_copy = cpu.lower_stacks(copy_function(fn))
+    typed_copy = cpu.lower_for_target(copy_function(fn))
     src, origins = cpu.module_source([typed_copy], fn.name)
     root = cache.cache_dir()
     path = root / f"{fn.name}_{cache.content_hash(src)[:20]}_ir.py"
@@ -274,7 +273,7 @@ class Transformed:
             buffers = self._pool.pop()
         except IndexError:
             buffers = tuple(cpu.new_buffer(d) for d in self._workspace)
-        inputs = tuple(np.copy(a) if isinstance(a, np.ndarray) else a for a in args) if self._once else None
+        inputs = _copies(args) if self._once else None
         outputs, saved = self._forward(*args, *buffers)
         if self._optional:
             outputs = self._none_where_flagged(outputs, saved)
@@ -302,9 +301,9 @@ class Transformed:
         *values, saved, d_out = args
         d_outs = d_out if self.returns_tuple else (d_out,)
         if isinstance(saved, Saved):
-            if self._once and saved.used:     # the last adjoint took the buffers back: run the forward again,
-                inputs = tuple(np.copy(a) if isinstance(a, np.ndarray) else a for a in saved.inputs)  # on copies
-                saved.values = self._forward(*inputs, *(cpu.new_buffer(d) for d in self._workspace))[1]
+            if self._once and saved.used:     # the last adjoint took the buffers back: run the forward again
+                buffers = (cpu.new_buffer(d) for d in self._workspace)
+                saved.values = self._forward(*_copies(saved.inputs), *buffers)[1]
             saved.used = True
             saved = saved.values
         return self._adjoint(*values, *saved, *d_outs)
@@ -320,6 +319,11 @@ class Transformed:
 
     def __repr__(self):
         return f"<Transformed {self.name} outputs={self.n_outputs} active={self.active}>"
+
+
+def _copies(args):
+    """The arguments of a call, arrays copied (what a forward that writes into them may run on again)."""
+    return tuple(np.copy(a) if isinstance(a, np.ndarray) else a for a in args)
 
 
 class Saved:

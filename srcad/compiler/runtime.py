@@ -17,6 +17,11 @@ EXPORTS = ("add_at", "check_index", "check_loop_index", "diag_like", "grow", "la
 _helper = numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 
 
+def _overload(fn):
+    """`numba.extending.overload` with the options of `_helper`."""
+    return overload(fn, jit_options={"no_cpython_wrapper": True, "no_cfunc_wrapper": True})
+
+
 @_helper
 def grow(stack, need):
     """Return `stack` with room for at least `need` entries (amortised doubling)."""
@@ -46,22 +51,34 @@ def _reduce_like(grad, shape):
 
 def _sum_into_source(rd, rg):
     off = rg - rd
-    idx_g = ", ".join(f"i{k}" for k in range(rg))
-    idx_d = ", ".join(f"(i{k + off} if b{k} else 0)" for k in range(rd))
+    idx_d = ", ".join(f"(i{k + off} if b{k} else 0)" for k in range(rd)) + ("," if rd == 1 else "")
     lines = ["def impl(dest, grad):"]
     if rd == rg:
         lines += ["    if dest.shape == grad.shape:", "        dest += grad", "        return"]
-    for k in range(rd):
-        lines.append(f"    b{k} = dest.shape[{k}] != 1")
-    ind = "    "
-    for k in range(rg):
-        lines.append(f"{ind}for i{k} in range(grad.shape[{k}]):")
-        ind += "    "
-    lines.append(f"{ind}dest[{idx_d}{',' if rd == 1 else ''}] += grad[{idx_g}{',' if rg == 1 else ''}]")
-    return "\n".join(lines)
+    lines += [f"    b{k} = dest.shape[{k}] != 1" for k in range(rd)]
+    return lines + _loops_over(rg, "grad.shape", f"dest[{idx_d}] += grad[{_indices(rg)}]")
 
 
-@overload(sum_into, jit_options={"no_cpython_wrapper": True, "no_cfunc_wrapper": True})
+def _loops_over(ndim, shape, statement):
+    """Source lines of loops over every index (i0, i1, ...) of the shape `shape` (of rank `ndim`),
+    around `statement`."""
+    lines = [f"{'    ' * (a + 1)}for i{a} in range({shape}[{a}]):" for a in range(ndim)]
+    return lines + ["    " * (ndim + 1) + statement]
+
+
+def _indices(ndim):
+    """`i0, i1, ...`: an index of rank `ndim` (a tuple even of one)."""
+    return ", ".join(f"i{a}" for a in range(ndim)) + ("," if ndim == 1 else "")
+
+
+def _compiled(lines):
+    """The function `impl` that the source `lines` define (an overload's implementation for one rank)."""
+    scope = {"np": np}
+    exec("\n".join(lines), scope)
+    return scope["impl"]
+
+
+@_overload(sum_into)
 def _sum_into_overload(dest, grad):
     if not isinstance(dest, numba.types.Array):
         return None
@@ -71,9 +88,7 @@ def _sum_into_overload(dest, grad):
         return scalar
     if grad.ndim < dest.ndim:
         return None
-    scope = {}
-    exec(_sum_into_source(dest.ndim, grad.ndim), scope)
-    return scope["impl"]
+    return _compiled(_sum_into_source(dest.ndim, grad.ndim))
 
 
 def add_at(dest, index, values):
@@ -81,7 +96,7 @@ def add_at(dest, index, values):
     axis: a repeated index adds each of its values (NumPy's np.add.at), where `+=` would add one."""
 
 
-@overload(add_at, jit_options={"no_cpython_wrapper": True, "no_cfunc_wrapper": True})
+@_overload(add_at)
 def _add_at_overload(dest, index, values):
     if not (isinstance(dest, numba.types.Array) and isinstance(index, numba.types.Array) and index.ndim == 1):
         return None
@@ -144,31 +159,21 @@ def diag_like(v, a):
     return out
 
 
-def _tiled_loops(out_ndim, x_ndim, statement):
-    """Loops over every index (i0, i1, ...) of an array of rank `out_ndim`, around `statement`, which
-    reads `{x}`: the index of the tiled array of rank `x_ndim` (the trailing axes, modulo its shape)."""
+def _tiling(params, out, over, out_ndim, x_ndim, statement):
+    """The implementation of a tiling helper: `out` allocated, then loops over every index of the tiled
+    array `over` (rank `out_ndim`) around `statement`, which reads `{i}`, that index, and `{x}`, the
+    index of the array `x` it tiles (rank `x_ndim`: the trailing axes, modulo its shape)."""
     off = out_ndim - x_ndim
     x_index = ", ".join(f"i{a} % xs[{a - off}]" for a in range(off, out_ndim)) + ("," if x_ndim == 1 else "")
-    lines, ind = [], "    "
-    for a in range(out_ndim):
-        lines.append(f"{ind}for i{a} in range(os[{a}]):")
-        ind += "    "
-    index = ", ".join(f"i{a}" for a in range(out_ndim)) + ("," if out_ndim == 1 else "")
-    lines.append(ind + statement.format(x=x_index, i=index))
-    return lines
-
-
-def _compiled(lines):
-    scope = {"np": np}
-    exec("\n".join(lines), scope)
-    return scope["impl"]
+    loops = _loops_over(out_ndim, f"{over}.shape", statement.format(x=x_index, i=_indices(out_ndim)))
+    return _compiled([f"def impl({params}):", "    xs = x.shape", f"    {out}"] + loops + ["    return out"])
 
 
 def tile(x, reps):
     """np.tile for compiled code (Numba has none): `x` repeated `reps` times along each axis."""
 
 
-@overload(tile, jit_options={"no_cpython_wrapper": True, "no_cfunc_wrapper": True})
+@_overload(tile)
 def _tile_overload(x, reps):
     if not isinstance(x, numba.types.Array):
         return None
@@ -181,32 +186,29 @@ def _tile_overload(x, reps):
     rep = ["1"] * (d - count) + rep
     dim = ["1"] * (d - n) + [f"xs[{k}]" for k in range(n)]
     shape = ", ".join(f"{a} * {b}" for a, b in zip(dim, rep)) + ("," if d == 1 else "")
-    return _compiled(["def impl(x, reps):", "    xs = x.shape", f"    out = np.empty(({shape}), x.dtype)",
-                      "    os = out.shape"] + _tiled_loops(d, n, "out[{i}] = x[{x}]") + ["    return out"])
+    return _tiling("x, reps", f"out = np.empty(({shape}), x.dtype)", "out", d, n, "out[{i}] = x[{x}]")
 
 
 def tile_like(x, like):
     """`x` tiled to the shape of `like` (its trailing axes): the transpose of `untile`."""
 
 
-@overload(tile_like, jit_options={"no_cpython_wrapper": True, "no_cfunc_wrapper": True})
+@_overload(tile_like)
 def _tile_like_overload(x, like):
     if not (isinstance(x, numba.types.Array) and isinstance(like, numba.types.Array)) or like.ndim < x.ndim:
         return None
-    return _compiled(["def impl(x, like):", "    xs = x.shape", "    out = np.empty(like.shape, x.dtype)",
-                      "    os = out.shape"] + _tiled_loops(like.ndim, x.ndim, "out[{i}] = x[{x}]") + ["    return out"])
+    return _tiling("x, like", "out = np.empty(like.shape, x.dtype)", "out", like.ndim, x.ndim, "out[{i}] = x[{x}]")
 
 
 def untile(g, x):
     """The adjoint of `tile` with respect to `x`: `g` summed over the tiles, shaped like `x`."""
 
 
-@overload(untile, jit_options={"no_cpython_wrapper": True, "no_cfunc_wrapper": True})
+@_overload(untile)
 def _untile_overload(g, x):
     if not (isinstance(g, numba.types.Array) and isinstance(x, numba.types.Array)) or g.ndim < x.ndim:
         return None
-    return _compiled(["def impl(g, x):", "    xs = x.shape", "    out = np.zeros(x.shape, g.dtype)",
-                      "    os = g.shape"] + _tiled_loops(g.ndim, x.ndim, "out[{x}] += g[{i}]") + ["    return out"])
+    return _tiling("g, x", "out = np.zeros(x.shape, g.dtype)", "g", g.ndim, x.ndim, "out[{x}] += g[{i}]")
 
 
 @_helper
@@ -224,7 +226,7 @@ def log_or_zero(x):
     return np.where(x > 0, np.log(np.where(x > 0, x, 1.0)), 0.0)[()]
 
 
-@overload(log_or_zero, jit_options={"no_cpython_wrapper": True, "no_cfunc_wrapper": True})
+@_overload(log_or_zero)
 def _log_or_zero_overload(x):
     if isinstance(x, numba.types.Array):
         def array(x):
@@ -243,7 +245,7 @@ def power_slope(a, b):
     return (b * np.asarray(a) ** np.where(b != 0, b - 1.0, 0.0))[()]
 
 
-@overload(power_slope, jit_options={"no_cpython_wrapper": True, "no_cfunc_wrapper": True})
+@_overload(power_slope)
 def _power_slope_overload(a, b):
     if isinstance(b, numba.types.Array):
         def array_exponent(a, b):
@@ -267,7 +269,7 @@ def reciprocal_or_zero(x):
     return np.where(x > 0, 1.0 / np.where(x > 0, x, 1.0), 0.0)[()]
 
 
-@overload(reciprocal_or_zero, jit_options={"no_cpython_wrapper": True, "no_cfunc_wrapper": True})
+@_overload(reciprocal_or_zero)
 def _reciprocal_or_zero_overload(x):
     if isinstance(x, numba.types.Array):
         def array(x):
@@ -289,7 +291,7 @@ def check_index(a, axis, i, site):
     """Raise IndexError(site, i, size) unless -size <= i < size along `axis` of array `a`."""
 
 
-@overload(check_index, jit_options={"no_cpython_wrapper": True, "no_cfunc_wrapper": True})
+@_overload(check_index)
 def _check_index_overload(a, axis, i, site):
     # compiled for every array type: it only reads the size, and one helper of integers (compiled
     # once, cached on disk) does the work
@@ -327,7 +329,7 @@ def check_loop_index(a, axis, start, stop, step, scale, offset, site, runs):
     its first and last `i`, when it runs at all (and `runs` > 0: the loops around it run)."""
 
 
-@overload(check_loop_index, jit_options={"no_cpython_wrapper": True, "no_cfunc_wrapper": True})
+@_overload(check_loop_index)
 def _check_loop_index_overload(a, axis, start, stop, step, scale, offset, site, runs):
     if not isinstance(a, numba.types.Array):
         return lambda a, axis, start, stop, step, scale, offset, site, runs: None

@@ -321,9 +321,9 @@ def _check_scatter(fn, t):
     arrays = [k for k, i in enumerate(index) if index_array(fn, i) is not None]
     if arrays and (arrays != [0] or index_array(fn, index[0]).ndim != 1 or any(i != Slice() for i in index[1:])):
         raise problem(t.origin, f"`{t.origin.text}` indexes an array that carries a gradient with an array of "
-                                f"indices other than one 1-d index array or mask on its first axis, which srcad "
-                                f"cannot differentiate", "index with one array on the first axis (`x[idx]`, "
-                                f"`A[idx, :]`), or loop over the indices")
+                                "indices other than one 1-d index array or mask on its first axis, which srcad "
+                                "cannot differentiate", "index with one array on the first axis (`x[idx]`, "
+                                "`A[idx, :]`), or loop over the indices")
 
 
 def _grouped(contributions):

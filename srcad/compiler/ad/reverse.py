@@ -23,7 +23,7 @@ differentiated again.
 from numba.core import types as nt
 
 from ..analysis.types import placeholder, rank, type_of
-from ..ir import (Accumulate, Assign, BinOp, Call, Const, Effect, For, Function, Global, If, Name, Pop, Push, Reserve,
+from ..ir import (Accumulate, Assign, BinOp, Call, Const, Effect, For, Function, If, Name, Pop, Push, Reserve,
                   Stack, Store, Subscript, Tuple, While)
 from ..ir.visit import blocks, clone, names_in, own_exprs, walk, written_array
 from ..opt.cleanup import live_in
@@ -321,11 +321,11 @@ class _Reverse:
         """Room, before `loop`, for the pushes its iterations make outside inner loops. A stack that
         inner loops push onto as well cannot be sized here (they use up the room in between), so
         each of its pushes makes room itself."""
+        pushes = [t for t in _shallow(body) if isinstance(t, Push)]
         counts = {}
-        for t in _shallow(body):
-            if isinstance(t, Push):
-                counts[t.stack] = counts.get(t.stack, 0) + 1
-        shallow = {id(t) for t in _shallow(body)}
+        for t in pushes:
+            counts[t.stack] = counts.get(t.stack, 0) + 1
+        shallow = {id(t) for t in pushes}
         for t in walk(body):
             if isinstance(t, Push) and id(t) not in shallow and t.stack in counts:
                 self._grow_as_needed(ctx, t.stack, loop)
@@ -414,8 +414,7 @@ class _Reverse:
         the others), so the forward hands out copies of them and an adjoint runs once per forward.
         (Rotations among an argument's memory are refused by the aliasing pass: the rotation reads the
         other names after the write.)"""
-        may = self.fn.facts["aliasing"]["may"]
-        return {a for a in self.restored if len(may.get(a, {a})) > 1}
+        return {a for a in self.restored if len(self._may(a)) > 1}
 
     def _forward_function(self, body, saved, shared):
         fn = self.fn
@@ -434,6 +433,7 @@ class _Reverse:
                         {"reverse": {"saved": saved}}, fn.names, workspace, fn.sources)
 
     def _may(self, a):
+        """The names that may share `a`'s memory, `a` included."""
         return self.fn.facts["aliasing"]["may"].get(a, {a})
 
     def _adjoint_function(self, body, saved, shared):

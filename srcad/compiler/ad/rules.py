@@ -193,11 +193,19 @@ def _matmul_transpose(k):
     return rule
 
 
+def _sum_of(parts):
+    """The sum of the tangent terms that are not None (a term is None where its argument has no tangent)."""
+    present = [p for p in parts if p is not None]
+    total = present[0]
+    for p in present[1:]:
+        total = total + p
+    return total
+
+
 def _matmul_tangent(args, dargs, ranks, axis):
     a, b = args
     da, db = dargs
-    parts = [x for x in (da @ b if da is not None else None, a @ db if db is not None else None) if x is not None]
-    return parts[0] if len(parts) == 1 else parts[0] + parts[1]
+    return _sum_of((da @ b if da is not None else None, a @ db if db is not None else None))
 
 
 def _axis_keywords(axis):
@@ -251,18 +259,13 @@ def _norm_transpose(args, g, ranks, axis):
 def _outer_tangent(args, dargs, ranks, axis):
     a, b = args
     da, db = dargs
-    parts = [np_.outer(da, b) if da is not None else None, np_.outer(a, db) if db is not None else None]
-    parts = [p for p in parts if p is not None]
-    return parts[0] if len(parts) == 1 else parts[0] + parts[1]
+    return _sum_of((np_.outer(da, b) if da is not None else None, np_.outer(a, db) if db is not None else None))
 
 
-def _fill_rule(position):
-    """np.full(shape, v) / np.full_like(a, v): linear in the fill value `v` (argument `position`)."""
-    def tangent(args, dargs, ranks, axis):
-        return Call(f"np.full{'_like' if position == 1 and ranks[0] else ''}", (args[0], dargs[position]))
-
-    transposes = [None] * position + [lambda args, g, ranks, axis: (g, "reduce")]
-    return ArrayRule(tangent, tuple(transposes))
+def _fill_rule(fn):
+    """np.full(shape, v) / np.full_like(a, v): linear in the fill value `v`, not in the first argument."""
+    return ArrayRule(lambda args, dargs, ranks, axis: Call(fn, (args[0], dargs[1])),
+                     (None, lambda args, g, ranks, axis: (g, "reduce")))
 
 
 def _linspace_weights(args):
@@ -272,9 +275,8 @@ def _linspace_weights(args):
 
 def _linspace_tangent(args, dargs, ranks, axis):
     w = _linspace_weights(args)
-    parts = [p for p in (dargs[0] * (1.0 - w) if dargs[0] is not None else None,
-                         dargs[1] * w if dargs[1] is not None else None) if p is not None]
-    return parts[0] if len(parts) == 1 else parts[0] + parts[1]
+    return _sum_of((dargs[0] * (1.0 - w) if dargs[0] is not None else None,
+                    dargs[1] * w if dargs[1] is not None else None))
 
 
 def _whole(rule):
@@ -307,8 +309,8 @@ ARRAY_RULES = {
     "np.linalg.norm": ArrayRule(_norm_tangent, (_norm_transpose,)),
     "np.outer": ArrayRule(_outer_tangent, (lambda args, g, ranks, axis: (g @ args[1], "exact"),
                                            lambda args, g, ranks, axis: (np_.transpose(g) @ args[0], "exact"))),
-    "np.full": _fill_rule(1),
-    "np.full_like": _fill_rule(1),
+    "np.full": _fill_rule("np.full"),
+    "np.full_like": _fill_rule("np.full_like"),
     "np.linspace": ArrayRule(_linspace_tangent,
                              (lambda args, g, ranks, axis: (np_.sum(g * (1.0 - _linspace_weights(args))), "exact"),
                               lambda args, g, ranks, axis: (np_.sum(g * _linspace_weights(args)), "exact"))),
@@ -332,14 +334,15 @@ ARRAY_RULES = {
                         np_.mean(_centered(args) * dargs[0]) / np_.std(args[0]),
                         (_whole(lambda args, g, ranks: (g * _centered(args) / (np_.size(args[0]) * np_.std(args[0])),
                                                         "exact")),)),
-    "np.trace": ArrayRule(lambda args, dargs, ranks, axis: np_.trace(dargs[0]),
+    "np.trace": ArrayRule(lambda args, dargs, ranks, axis: None if len(args) > 1 else np_.trace(dargs[0]),
                           (lambda args, g, ranks, axis: None if len(args) > 1 else (g * np_.eye(
                               Subscript(Call("np.shape", (args[0],)), (Const(0),)),
                               Subscript(Call("np.shape", (args[0],)), (Const(1),))), "exact"),)),
-    "np.diag": ArrayRule(lambda args, dargs, ranks, axis: np_.diag(dargs[0]),
+    "np.diag": ArrayRule(lambda args, dargs, ranks, axis: None if len(args) > 1 else np_.diag(dargs[0]),
                          (lambda args, g, ranks, axis: None if len(args) > 1 else
                           (np_.diag(g) if ranks[0] == 1 else srcad.diag_like(g, args[0]), "exact"),)),
-    "np.sort": ArrayRule(lambda args, dargs, ranks, axis: Subscript(dargs[0], (Call("np.argsort", (args[0],)),)),
+    "np.sort": ArrayRule(lambda args, dargs, ranks, axis: None if axis is not None or ranks[0] != 1 else
+                         Subscript(dargs[0], (Call("np.argsort", (args[0],)),)),
                          (lambda args, g, ranks, axis: None if axis is not None or ranks[0] != 1 else
                           (srcad.unsort(g, args[0]), "exact"),)),
     "srcad.unsort": ArrayRule(lambda args, dargs, ranks, axis: srcad.unsort(dargs[0], args[1]),

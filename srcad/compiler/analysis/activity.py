@@ -11,7 +11,6 @@ Stores on `fn.facts["activity"]`: `active` (names), `varied`, `useful`, and
 `params` (the active parameters).
 """
 from ..ad.rules import ARRAY_RULES, ELEMENTWISE, JOINS, NONDIFF, OPERATORS, is_elementwise, partials_of
-from ..errors import TransformError, where
 from ..ir import Accumulate, Assign, BinOp, Call, Const, Name, Pop, Push, Store, Tuple, UnaryOp
 from ..ir.forms import data_names, is_atom, is_tree
 from ..ir.visit import names_in, walk

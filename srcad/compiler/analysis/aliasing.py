@@ -18,9 +18,9 @@ through one of them must save what the others still need) and
 from numba.core import types as nt
 
 from ..errors import TransformError, problem, where
-from .types import index_array
 from ..ir import Assign, Call, Const, For, Name, Slice, Store, Subscript, While
-from ..ir.visit import blocks, defines, names_in, reads, walk, written_array
+from ..ir.visit import binding_counts, blocks, defines, names_in, reads, walk, written_array
+from .types import index_array
 
 VIEW_CALLS = frozenset({"srcad.stop_gradient", "np.transpose", "np.asarray", "np.ravel", "np.reshape"})
 
@@ -81,11 +81,10 @@ def _check_writes(fn, groups, may, active_params):
     """Refuse a write into an argument that needs a gradient, and a write into an array while another
     name that shares its memory is read afterwards: one that always does (`groups`), or one bound once
     to an array that other names are rotated through (`may`: it holds one of the rotated buffers)."""
-    defs, count = {}, {}
+    defs, count = {}, binding_counts(fn.body)
     for s in walk(fn.body):
         if isinstance(s, Assign):
             defs.setdefault(s.target, s)
-            count[s.target] = count.get(s.target, 0) + 1
     outputs = {n for out in fn.outputs for n in names_in(out)}
     for path in _paths(fn.body):
         s = path[-1][0][path[-1][1]]

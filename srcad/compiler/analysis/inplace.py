@@ -16,7 +16,8 @@ from numba.core import types as nt
 
 from ..ir import Assign, Attribute, Const, Name, Slice, Store, Subscript, Tuple
 from ..ir.forms import is_shape_entry
-from ..ir.visit import all_blocks, blocks, defines, map_exprs, names_in, reads, rewrite_top_down, walk
+from ..ir.visit import (all_blocks, binding_counts, blocks, defines, map_exprs, names_in, read_anywhere, reads,
+                        rewrite_top_down, walk)
 
 
 def resolve_inplace(fn):
@@ -47,10 +48,7 @@ def _propagate_aliases(fn):
     slices) where z has no other binding, every use of z follows the binding in the same block, and
     neither y nor a name of the index is rebound in between: reads and writes through z are then
     reads and writes of y's memory, with NumPy's semantics (a view sees later writes into its base)."""
-    count = {}
-    for s in walk(fn.body):
-        for n in defines(s):
-            count[n] = count.get(n, 0) + 1
+    count = binding_counts(fn.body)
     outputs = {n for out in fn.outputs for n in names_in(out)}
     changed = True
     while changed:
@@ -75,10 +73,10 @@ def _view_binding(fn, s, count):
         return None
     v = s.value
     if isinstance(v, Name) and v.id != s.target and isinstance(fn.types.get(v.id), nt.Array):
-        return View(s.target, v.id, None, fn.types[v.id].ndim)
+        return View(s.target, v.id, None, fn.types[v.id].ndim, fn.types[s.target].ndim)
     if isinstance(v, Subscript) and isinstance(v.base, Name) and v.base.id != s.target \
             and isinstance(fn.types.get(v.base.id), nt.Array) and all(_basic(fn, i) for i in v.index):
-        return View(s.target, v.base.id, v.index, fn.types[v.base.id].ndim)
+        return View(s.target, v.base.id, v.index, fn.types[v.base.id].ndim, fn.types[s.target].ndim)
     return None
 
 
@@ -94,12 +92,12 @@ def _basic(fn, item):
 
 
 class View:
-    """`name` bound to `base` (`index` None) or to `base[index]`; `ndim`: the base's rank."""
+    """`name` (of rank `ndim`) bound to `base` (of rank `base_ndim`; `index` None) or to `base[index]`."""
 
-    def __init__(self, name, base, index, ndim):
+    def __init__(self, name, base, index, base_ndim, ndim):
         self.name, self.base, self.index, self.ndim = name, base, index, ndim
         full = index if index is not None else ()
-        self.axes = full + (Slice(),) * (ndim - len(full))     # one item per axis of the base
+        self.axes = full + (Slice(),) * (base_ndim - len(full))     # one item per axis of the base
 
     def whole(self):
         return Name(self.base) if self.index is None else Subscript(Name(self.base), self.index)
@@ -133,7 +131,7 @@ class View:
                 return None
         return tuple(out) if next(free, None) is None else None
 
-    def expr(self, e, view_ndim):
+    def expr(self, e):
         """`e` with the view's name replaced, top-down; raises LookupError where a use has no equal
         expression on the base."""
         z = Name(self.name)
@@ -142,21 +140,21 @@ class View:
             if x == z:
                 return self.whole()
             if isinstance(x, Subscript) and x.base == z:
-                index = self.element(tuple(map(lambda i: self.expr(i, view_ndim), x.index)))
+                index = self.element(tuple(map(self.expr, x.index)))
                 if index is None:
                     raise LookupError(x)
                 return Subscript(Name(self.base), index)
             if is_shape_entry(x) and x.base.base == z and isinstance(x.index[0], Const):
                 k = x.index[0].value
-                return Subscript(Attribute(Name(self.base), "shape"), (Const(self.base_axis(k % view_ndim)),))
+                return Subscript(Attribute(Name(self.base), "shape"), (Const(self.base_axis(k % self.ndim)),))
             if isinstance(x, Attribute) and x.base == z:
                 if x.attr == "dtype":
                     return Attribute(Name(self.base), "dtype")
                 if x.attr == "ndim":
-                    return Const(view_ndim)
+                    return Const(self.ndim)
                 if x.attr == "shape":
                     return Tuple(tuple(Subscript(Attribute(Name(self.base), "shape"), (Const(self.base_axis(k)),))
-                                       for k in range(view_ndim)))
+                                       for k in range(self.ndim)))
                 raise LookupError(x)
             return None
         return rewrite_top_down(e, visit)
@@ -173,16 +171,15 @@ def _substitute_view(fn, block, k, view, outputs):
         return False
     if z in outputs and block is not fn.body:
         return False        # returned: the names of its index must hold until the end, beyond this block
-    last = max((i for i, t in enumerate(rest) if z in _reads_within(t)), default=-1)
+    last = max((i for i, t in enumerate(rest) if z in read_anywhere([t])), default=-1)
     # y may be rebound by the statement that reads z last (`D = z`: read before the write)
     span = rest if z in outputs else rest[:last] + ([] if last < 0 or isinstance(rest[last], Assign) else [rest[last]])
     fixed = {view.base} | (names_in(Tuple(view.index)) if view.index is not None else set())
     if any(fixed & defines(t) for t in walk(span)):
         return False
-    ndim = fn.types[z].ndim
     try:
-        rewritten = [(t, _rewritten_stmt(t, view, ndim)) for t in walk(rest)]
-        new_outputs = [view.expr(out, ndim) if z in names_in(out) else out for out in fn.outputs]
+        rewritten = [(t, _rewritten_stmt(t, view)) for t in walk(rest)]
+        new_outputs = [view.expr(out) if z in names_in(out) else out for out in fn.outputs]
     except LookupError:
         return False
     for t, (exprs, array) in rewritten:
@@ -194,11 +191,11 @@ def _substitute_view(fn, block, k, view, outputs):
     return True
 
 
-def _rewritten_stmt(t, view, ndim):
+def _rewritten_stmt(t, view):
     """(the new expressions of `t`, in map_exprs order, and for a store through the view the new
     (array, index)), computed without changing `t`."""
     exprs = []
-    map_exprs(copy.copy(t), lambda e: exprs.append(view.expr(e, ndim)) or e)
+    map_exprs(copy.copy(t), lambda e: exprs.append(view.expr(e)) or e)
     if isinstance(t, Store) and t.array == view.name:
         index = view.element(tuple(exprs[:len(t.index)]))
         if index is None:
@@ -209,8 +206,3 @@ def _rewritten_stmt(t, view, ndim):
 
 def _is_self_binding(s):
     return isinstance(s, Assign) and isinstance(s.value, Name) and s.value.id == s.target
-
-
-def _reads_within(s):
-    """Names statement `s` reads, its nested blocks included."""
-    return set().union(*(reads(t) for t in walk([s])))

@@ -19,7 +19,7 @@ from numba.core import types as nt
 
 from ..errors import problem
 from ..ir import Assign, Compare, Const, For, If, Name, UnaryOp, While
-from ..ir.visit import all_blocks, map_exprs, names_in, reads, rewrite_top_down, walk
+from ..ir.visit import all_blocks, binding_counts, map_exprs, names_in, reads, rewrite_top_down, walk
 from .types import placeholder
 
 
@@ -68,10 +68,7 @@ def _refuse_reads_where_none(fn, maybe_none):
     """Refuse a read of a name that may be None (other than a copy into another such name, a test
     `is None`, a return) where it is not known not to be: known after a binding to a value, and in
     the branch of `if y is not None:` (or the else of `if y is None:`); branches join, loops iterate."""
-    count = {}
-    for s in walk(fn.body):
-        if isinstance(s, Assign):
-            count[s.target] = count.get(s.target, 0) + 1
+    count = binding_counts(fn.body)
     tests = {}            # a temporary bound once to `y is not None` (True) or `y is None` (False)
     for s in walk(fn.body):
         v = s.value if isinstance(s, Assign) else None

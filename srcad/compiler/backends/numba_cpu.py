@@ -1,9 +1,10 @@
 """The CPU target: stacks as NumPy buffers, IR printed as Python, compiled with `numba.njit`.
 
-`lower_stacks` turns the save constructs into this target's storage: a stack
-of scalars is a NumPy buffer and a top counter (room reserved before a for
-loop, grown by doubling in while loops), a stack of arrays a typed list.
-After it the IR is plain assignments, stores and calls, which `module_source`
+`lower_for_target` turns the save constructs into this target's storage (a
+stack of scalars is a NumPy buffer and a top counter, room reserved before a
+for loop, grown by doubling in while loops; a stack of arrays a typed list)
+and accumulations through index arrays into scatter-adds. After it the IR is
+plain assignments, stores and calls, which `module_source`
 prints with a header of imports. `infer_types` runs Numba's type inference
 (only) on a printed function; `jit` compiles with Numba's on-disk cache and
 `load_cached` loads machine code from it cheaply.
@@ -31,6 +32,11 @@ HEADER = "\n".join(["import math", "import numpy as np", "import numba", "from n
                     "from numba.typed import List",
                     textwrap.fill(f"from srcad.compiler.runtime import ({', '.join(EXPORTS)})", 110,
                                   subsequent_indent=" " * 36), ""])
+
+
+def lower_for_target(fn):
+    """`fn` with the IR constructs this target has no statement for lowered, in place; returns `fn`."""
+    return lower_scatter_adds(lower_stacks(fn))
 
 
 # ---- stacks ---------------------------------------------------------------------------------------

@@ -18,24 +18,27 @@ def flatten(fn):
         for s in block:
             before = []
             if isinstance(s, (Assign, Accumulate, Push)):
-                s.value = _Flat(fn, before).simple(s.value)
+                s.value = _Flat(fn, before, s.origin).simple(s.value)
             elif isinstance(s, Store):
-                s.value = _Flat(fn, before).atom(s.value)
+                s.value = _Flat(fn, before, s.origin).atom(s.value)
             out += before + [s]
         block[:] = out
     return fn
 
 
 class _Flat:
-    def __init__(self, fn, out):
+    """Temporaries of one statement's value, appended to `out` (with the statement's origin)."""
+
+    def __init__(self, fn, out, origin):
         self.fn = fn
         self.out = out
+        self.origin = origin
 
     def atom(self, e):
         if is_atom(e):
             return e
         t = self.fn.names.fresh("t")
-        self.out.append(Assign(t, self.simple(e)))
+        self.out.append(Assign(t, self.simple(e), self.origin))
         return Name(t)
 
     def tree_part(self, e):

@@ -1,5 +1,6 @@
 """Walking and rebuilding IR: what a statement reads and binds, and rewrites of its expressions."""
 import dataclasses
+from collections import Counter
 
 from .nodes import (Accumulate, Assign, Attribute, BinOp, Call, Compare, Const, Effect, Expr, For, Global, If, Name,
                     Pop, Push, Reserve, Slice, Store, Subscript, Tuple, TypeRef, UnaryOp, While)
@@ -185,6 +186,11 @@ def assigned(stmts):
     for s in walk(stmts):
         out |= defines(s)
     return out
+
+
+def binding_counts(stmts):
+    """name -> how many statements of `stmts` (nested ones included) bind it."""
+    return Counter(n for s in walk(stmts) for n in defines(s))
 
 
 def read_anywhere(stmts):
