@@ -200,16 +200,10 @@ def test_generated_code_is_differentiated_again(name):
     second_order_check(case.fn, args, tuple(k in case.active for k in range(len(args))))
 
 
-# The regression cases of issue 8 differentiated twice. Re-transforming generated code still gets
-# these wrong or fails on them (higher order through @ad.function is refused at run time, so no user
-# sees it): adjoint buffers whose shape changes between iterations, rows written in place through a
-# view, and buffers rotated by rebinding. Strict: one that starts passing fails until it leaves the list.
-SECOND_ORDER_OPEN = {"shrinking_slices", "growing_slices", "syrk_lower", "gaussian_elimination",
-                     "nested_moving_windows", "fresh_array_updated_in_slices", "writes_through_row_views",
-                     "rotated_buffers", "rotated_elementwise"}
-_REGRESSIONS = [pytest.param(c, id=c.name, marks=pytest.mark.xfail(strict=True, reason="re-transformation open"))
-                if c.name in SECOND_ORDER_OPEN else pytest.param(c, id=c.name)
-                for c in test_regressions.CASES if not c.name.startswith("products_and_moments")]
+# The regression cases of issue 8 differentiated twice: adjoint buffers whose shape changes between
+# iterations, rows written in place through a view, buffers rotated by rebinding, scatters and gathers.
+_REGRESSIONS = [pytest.param(c, id=c.name) for c in test_regressions.CASES
+                if not c.name.startswith("products_and_moments")]
 
 
 @pytest.mark.parametrize("case", _REGRESSIONS)

@@ -87,7 +87,7 @@ class LocalAdjoints:
             elif isinstance(s, Push):
                 out = self._push(s) if s.stack in self.active else []
             elif isinstance(s, Pop):
-                out = self._pop(s) if s.stack in self.active else []
+                out = self._pop(s) if s.stack in self.active else self._pop_inactive(s)
             else:
                 out = []
             for t in out:
@@ -196,10 +196,18 @@ class LocalAdjoints:
         t = s.target
         if isinstance(t, Name):
             dt = Name(self.adjoint_name(t.id))
-            return [Push(self.adjoint_name(s.stack), dt), self.zero(t.id)]
+            restart = self.zero(t.id)
+            if isinstance(restart, Store):      # the pushed array is kept: `d_v` starts over as a new one
+                restart = Assign(dt.id, Call("np.zeros_like", (dt,)))
+            return [Push(self.adjoint_name(s.stack), dt), restart]
         dt = Subscript(Name(self.adjoint_name(t.base.id)), t.index)
         taken = Call("np.copy", (dt,)) if rank(type_of(self.fn, t)) else dt
         return [Push(self.adjoint_name(s.stack), taken), Store(self.adjoint_name(t.base.id), t.index, Const(0.0))]
+
+    def _pop_inactive(self, s):
+        """`v = pop(S)` of a value no derivative flows into: the adjoint of `v`'s old value starts at zero."""
+        t = s.target
+        return [self.zero(t.id)] if isinstance(t, Name) and t.id in self.active else []
 
     # ---- contributions -------------------------------------------------------------------------
     def contributions(self, s, value, out_ty, g):

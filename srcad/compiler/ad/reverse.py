@@ -98,8 +98,9 @@ class _Reverse:
         """Names whose values before `s` the reverse of `s` reads."""
         if _has_adjoint(s):
             out = set(self.local.reads(s)[1])
-            if isinstance(s, Assign) and s.target in self.facts.shape_varying and s.target in self.active:
-                out.add(s.target)     # its adjoint is made again shaped like the previous binding
+            v = _rebound(s)
+            if v in self.facts.shape_varying and v in self.active:
+                out.add(v)            # its adjoint is made again shaped like the previous binding
             array = written_array(s)
             if array in self.facts.multi and self._may(array) & self.value_reads:
                 out.add(array)        # a saved region goes back into the array this name is bound to now
@@ -180,7 +181,7 @@ class _Reverse:
         if v is None or v in self.facts.private | self.facts.invariant | self.facts.replayed:
             return False
         req = ctx.req.get(id(s), frozenset()) if req is None else req
-        return v in req or (isinstance(s, Assign) and v in self._reads(s, ctx))
+        return v in req or (_rebound(s) == v and v in self._reads(s, ctx))
 
     def _saves(self, s):
         """Does the forward save what `s` overwrites? (Undone increments and checkpointed loops
@@ -481,6 +482,15 @@ def _bound(s, counters):
     if isinstance(s, While):
         return counters[id(s)]
     if isinstance(s, (Accumulate, Pop)) and isinstance(s.target, Name):
+        return s.target.id
+    return None
+
+
+def _rebound(s):
+    """The name an assignment or a pop into a name binds anew (None for other statements)."""
+    if isinstance(s, Assign):
+        return s.target
+    if isinstance(s, Pop) and isinstance(s.target, Name):
         return s.target.id
     return None
 

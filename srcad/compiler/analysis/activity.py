@@ -81,12 +81,17 @@ def _varied(fn, start):
         changed = False
         for s in walk(fn.body):
             flow = flows(s)
-            if flow is None or flow[0] in varied or not is_float(fn.types.get(flow[0])):
+            if flow is None or flow[0] in varied or not _carries_derivatives(fn, flow[0]):
                 continue
             if any(n in varied for a in flow[1] for n in data_names(a)):
                 varied.add(flow[0])
                 changed = True
     return varied
+
+
+def _carries_derivatives(fn, name):
+    """Can `name` hold float values (a stack: by the type of its items, whatever the target stores it as)?"""
+    return is_float(fn.stacks[name].item if name in fn.stacks else fn.types.get(name))
 
 
 def _useful(fn, varied):
