@@ -262,3 +262,17 @@ def test_checks_are_dropped_on_request(monkeypatch):
 def test_boundscheck_option_is_checked():
     with pytest.raises(TypeError, match="boundscheck must be True, False or None, got 'yes'"):
         ad.function(sum_of_squares, boundscheck="yes")
+
+
+def test_a_float_bound_of_range_is_a_type_error_as_in_python():
+    """Numba runs range() over floats; Python refuses them, and so does srcad (plain call and tape)."""
+    f = ad.function(sum_of_squares)
+    with pytest.raises(TypeError, match=r"sum_of_squares .*line \d+\): range\(\) takes integers, and `n` is "
+                                        r"float64 in `for i in range\(n\):`"):
+        f(np.ones(3), 2.0)
+    x = ad.Variable(np.array([1.0, 2.0, 3.0]))
+    with ad.GradientTape() as tape, pytest.raises(TypeError, match=r"range\(\) takes integers, and `n`"):
+        f(x, 2.0)
+    with ad.GradientTape() as tape:
+        y = f(x, 2)
+    np.testing.assert_allclose(tape.gradient(y, x).numpy(), [2.0, 4.0, 0.0])

@@ -7,7 +7,8 @@ unreachable and any scalar type keeps it valid.
 """
 from numba.core import types as nt
 
-from ..ir import Call, Const, Global, Name, Slice, Subscript, Tuple, While
+from ..errors import where
+from ..ir import Call, Const, For, Global, Name, Slice, Subscript, Tuple, While
 from ..ir.visit import assigned, walk
 
 
@@ -22,7 +23,28 @@ def assign_types(fn, typemap, arg_types):
         if isinstance(s, While):
             types.setdefault(s.cond, nt.boolean)
     fn.types = types
+    _check_loop_bounds(fn)
     return fn
+
+
+def _check_loop_bounds(fn):
+    """`range()` takes integers, as in Python (Numba would also run it over floats)."""
+    for s in walk(fn.body):
+        if isinstance(s, For):
+            for bound in (s.start, s.stop, s.step):
+                ty = type_of(fn, bound)
+                if ty is not None and not isinstance(ty, (nt.Integer, nt.Boolean)):
+                    raise TypeError(f"{where(s.origin)}: range() takes integers, and {_shown(fn, bound)} is {ty} in "
+                                    f"`{s.origin.text}`, as Python would refuse it. Hint: pass an int, or convert it "
+                                    f"with int(...)")
+
+
+def _shown(fn, atom):
+    """An atom as the user would name it in a message."""
+    if isinstance(atom, Name):
+        user = fn.names.user(atom.id)
+        return "a bound" if user in fn.names.made else f"`{user}`"
+    return f"`{atom.value!r}`" if isinstance(atom, Const) else "a bound"
 
 
 def unify(typemap):
