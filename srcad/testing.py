@@ -257,14 +257,15 @@ def assert_results_equal(got, expected, what="result"):
 
 def tape_gradients(f, args, active, ws=None, use_variables=False):
     """Run ``f`` under a tape with ``args[i]`` (i in active) watched: ``(outputs, weights, gradients of
-    sum_k sum(w_k out_k) per active argument)``."""
+    sum_k sum(w_k out_k) per active argument)``. The tape is persistent and the gradient taken twice:
+    a second run of the backward pass must find what the forward saved as it was."""
     targs = list(fresh(args))
     srcs = []
     for i in active:
         t = ad.Variable(targs[i]) if use_variables else ad.constant(targs[i])
         targs[i] = t
         srcs.append(t)
-    with ad.GradientTape() as tape:
+    with ad.GradientTape(persistent=True) as tape:
         if not use_variables:
             for s in srcs:
                 tape.watch(s)
@@ -276,6 +277,10 @@ def tape_gradients(f, args, active, ws=None, use_variables=False):
         ws = cotangents(outs)
     given = [(o, w) for o, w in zip(outs, ws) if o is not None]
     grads = tape.gradient([o for o, _ in given], srcs, output_gradients=[ad.constant(w) for _, w in given])
+    again = tape.gradient([o for o, _ in given], srcs, output_gradients=[ad.constant(w) for _, w in given])
+    for k, (g, h) in enumerate(zip(grads, again)):
+        assert (g is None) == (h is None) and (g is None or np.array_equal(g.numpy(), h.numpy(), equal_nan=True)), \
+            f"the gradient of argument {active[k]} changed when the backward pass ran again: {g} then {h}"
     return out, ws, grads
 
 

@@ -100,13 +100,17 @@ def add_at(dest, index, values):
 def _add_at_overload(dest, index, values):
     if not (isinstance(dest, numba.types.Array) and isinstance(index, numba.types.Array) and index.ndim == 1):
         return None
-    each = "values[k]" if isinstance(values, numba.types.Array) else "values"
+    # values broadcast to the gathered region: one row per index (or one row for all), or all of it
+    # for each index where it has fewer axes than the region
+    per_row = isinstance(values, numba.types.Array) and values.ndim == dest.ndim
+    head = ["def impl(dest, index, values):"] + (["    step = 1 if values.shape[0] != 1 else 0"] if per_row else [])
+    each = "values[k * step]" if per_row else "values"
     if isinstance(index.dtype, numba.types.Boolean):
         body = ["    k = 0", "    for i in range(index.shape[0]):", "        if index[i]:",
                 f"            dest[i] += {each}", "            k += 1"]
     else:
         body = ["    for k in range(index.shape[0]):", f"        dest[index[k]] += {each}"]
-    return _compiled(["def impl(dest, index, values):"] + body)
+    return _compiled(head + body)
 
 
 @_helper

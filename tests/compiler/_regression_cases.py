@@ -417,3 +417,165 @@ def tests_for_none(x, flag):
 
 def linspace_default_count(a, b):
     return np.sum(np.linspace(a, b) ** 2)
+
+
+# ---- found on kernels written by others (issue 8, second round) ---------------------------------------
+
+def fresh_array_filled_in_loop(zs, r):
+    """A small array allocated in every iteration and filled element by element (a 2x2 inverse, a
+    weight vector): each iteration's array is another one, which the reverse sweep must bring back."""
+    nll = 0.0
+    for k in range(zs.shape[0]):
+        w = np.empty(2)
+        w[0] = r + k
+        w[1] = 2.0 * (r + k) * w[0]
+        nll += zs[k, 0] * w[0] + zs[k, 1] * w[1]
+    return nll
+
+
+def resampled_by_a_filled_index_array(p0, steps):
+    """Particle-filter resampling: an index array made in every iteration, filled, then gathered through."""
+    n = p0.shape[0]
+    p = p0.copy()
+    for t in range(steps):
+        idx = np.empty(n, dtype=np.int64)
+        for k in range(n):
+            idx[k] = (k * 7 + t) % n
+        p = p[idx] * 0.9 + 0.1 * p
+    return np.sum(p * p)
+
+
+def sums_of_gathered_rows(X, idx, labels):
+    """np.sum over the first axis of rows gathered by an index array and by a mask."""
+    return np.sum(np.sum(X[idx], axis=0) ** 2) + np.sum(np.sin(np.sum(X[labels == 1], axis=0)))
+
+
+def gathers_through_parts_of_index_arrays(x, perm, B):
+    """An index array that is itself part of one: a row of a table, a minibatch, reversed, shifted."""
+    loss = np.sum(x[perm[1]] * np.arange(1.0, x.shape[0] + 1.0)) + np.sum(x[perm[0][::-1]] * x)
+    for i in range(0, x.shape[0], B):
+        batch = perm[0][i:i + B]
+        loss += np.sum(x[batch] * x[batch])
+    return loss + np.sum(x[perm[1][1:]] * x[:-1])
+
+
+def rebound_from_parts_of_itself(x, idx):
+    """A name rebound in a loop to an expression of its own elements or part of itself."""
+    p = x * 1.0
+    q = x * 1.0
+    r = x * 1.0
+    for t in range(2):
+        p = p[idx] * 0.5 + p
+        q = np.sin(q[::-1]) * x
+        r = np.sin(r[0]) * x + r
+    s = x * 1.0
+    for t in range(3):
+        s = np.sin(s[1:])
+    return np.sum(p * p) + np.sum(q) + np.sum(r * r) + np.sum(s)
+
+
+def regions_of_two_ranks(u0, r):
+    """A boundary row copied, then the whole array updated; a column then a block, in one loop."""
+    u = u0.copy()
+    for s in range(2):
+        u[0, :] = u[1, :]
+        u += r * u * u
+    L = u0.copy()
+    for j in range(2):
+        L[j:, j] = L[j:, j] * L[j:, j]
+        L[j + 1:, j + 1:] = L[j + 1:, j + 1:] * r
+    return np.sum(u * u) + np.sum(L)
+
+
+def attributes_of_expressions(X, idx):
+    """.T and np.mean(..., axis=) of slices, gathers and products, not only of names."""
+    s = np.sum(X[1:].T @ X[1:]) + np.sum((X @ X.T).T * X[0, 0])
+    return s + np.sum(np.mean(X[1:], axis=0) ** 2) + np.sum(np.mean(X[idx], axis=0) ** 2) + X[idx].T.shape[0]
+
+
+def masks_on_row_views_in_a_loop(X, W):
+    """A leaky ReLU row by row through a view and a mask picking a different count in each row."""
+    H = X @ W
+    for i in range(H.shape[0]):
+        h = H[i]
+        neg = h < 0.0
+        h[neg] = 0.01 * h[neg]
+    s = 0.0
+    for i in range(X.shape[0]):
+        m = X[i] > 0.0
+        s += np.sum(X[i][m] * X[i][m])
+    return np.sum(np.tanh(H) ** 2) + s
+
+
+def _iterate_until(b, tol):
+    x = np.zeros_like(b)
+    for k in range(10):
+        x += 0.5 * b
+        if np.sum(x) > tol:
+            return x
+    return x
+
+
+def early_return_of_an_array_updated_in_place(b, tol):
+    """`return x` from inside the loop that updates x in place, here and in a helper called twice: the
+    value returned is bound where the function ends, after every write into it."""
+    x = np.zeros_like(b)
+    for k in range(10):
+        x += 0.5 * b * b
+        if np.sum(x) > tol:
+            return np.sum(x * x) + np.sum(_iterate_until(b, tol) * _iterate_until(b * 2.0, tol))
+    return np.sum(x)
+
+
+def _grow_until_large(u):
+    for k in range(3):
+        if u[0] > 10.0:
+            return u
+        u *= 1.5
+    return u
+
+
+def _shift(u, c):
+    u += c
+    return u
+
+
+def returned_array_written_by_the_next_helper(b):
+    u = b * 1.0
+    y = _grow_until_large(u)
+    u2 = _shift(u, 1.0)
+    return np.sum(y * u2)
+
+
+# ---- what differentiating generated code again once got wrong (the regression cases also run at second
+# order, tests/compiler/test_ir.py) ------------------------------------------------------------------------
+
+def rebound_through_a_temporary(x):
+    """The gradient pops `t` back to its placeholder (an empty array) after the last iteration."""
+    y = x.copy()
+    for s in range(2):
+        t = np.sin(y)
+        y = t * t
+    acc = np.zeros_like(x)
+    for i in range(x.shape[0]):
+        dx = x[i] * 2.0
+        acc[i] += dx * np.sum(dx * dx)
+    return np.sum(y) + np.sum(acc * acc)
+
+
+def product_with_a_moving_block(Q0, v):
+    """The gradient of `Q[:, k:] @ v[k:]` reads np.transpose(Q[:, k:]), a view of what is then restored."""
+    Q = Q0.copy()
+    for k in range(2):
+        Q[:, k:] -= np.outer(Q[:, k:] @ v[k:], v[k:])
+    return Q
+
+
+def columns_and_blocks_read(A):
+    """The gradient saves a column and a block of one array (regions of two ranks)."""
+    W = np.exp(A)
+    W /= np.sum(W)
+    s = 0.0
+    for j in range(W.shape[1]):
+        s += np.sum(W[:, j]) * np.sum(W[:, j:j + 1])
+    return s

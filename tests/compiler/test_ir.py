@@ -212,6 +212,22 @@ def test_regression_cases_are_differentiated_again(case):
     second_order_check(case.fn, args, tuple(k in case.active for k in range(len(args))))
 
 
+def test_a_float32_scalar_gradient_is_differentiated_again():
+    """The gradient of a float32 scalar is returned in its dtype (a cast bound to a name): at second order
+    its cotangent is seeded like any other. f(x) = a x^2: d/dx (w f'(x) g) = 2 a w g, d/dg = 2 a x w."""
+    def scaled_square(x, a):
+        return a * x * x
+    program = pipeline.run(scaled_square, (numba.float32, numba.float64), (True, False), until="accumulate")
+    grad_fn = vjp_function(program.forward, program.adjoint)
+    second = pipeline.transform_function(grad_fn, (numba.float32, numba.float64, numba.float64), (True, False, True))
+    x, a, g, w = np.float32(0.7), 1.5, 0.8, 1.25
+    (gx,) = second.primal(x, a, g)
+    assert gx == pytest.approx(2 * a * x * g, rel=1e-6)
+    _, saved = second.forward(x, a, g)
+    dx, dg = second.adjoint(x, a, g, saved, (w,))
+    assert dx == pytest.approx(2 * a * w * g, rel=1e-6) and dg == pytest.approx(2 * a * float(x) * w, rel=1e-6)
+
+
 def test_second_derivatives_of_prod_are_refused_naming_the_line():
     x, A = np.array([0.7, 0.0, 1.3]), rng.uniform(0.5, 1.5, (2, 3))
     with pytest.raises(pipeline.TransformError, match=r"products_and_moments .*line \d+\): no derivative rule for "

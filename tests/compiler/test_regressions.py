@@ -66,6 +66,19 @@ CASES = [
     Case(R.tests_for_none, A(vec(4), 1), name="tests_for_none_array"),
     Case(R.tests_for_none, A(vec(4), 0), name="tests_for_none_none"),
     Case(R.linspace_default_count, A(0.2, 1.3), active=(0, 1)),
+    Case(R.fresh_array_filled_in_loop, A(rng.uniform(-1, 1, (3, 2)), 0.5), active=(0, 1)),
+    Case(R.resampled_by_a_filled_index_array, A(vec(8), 3)),
+    Case(R.sums_of_gathered_rows, A(rng.uniform(-1, 1, (6, 2)), np.array([1, 4, 4]), np.array([0, 1, 2, 0, 1, 1]))),
+    Case(R.gathers_through_parts_of_index_arrays, A(vec(6), np.stack([rng.permutation(6), rng.permutation(6)]), 2)),
+    Case(R.rebound_from_parts_of_itself, A(vec(6), np.array([3, 0, 0, 2, 5, 1]))),
+    Case(R.regions_of_two_ranks, A(rng.uniform(-0.5, 0.5, (4, 4)), 0.3), active=(0, 1)),
+    Case(R.attributes_of_expressions, A(rng.uniform(-1, 1, (5, 3)), np.array([4, 1, 1]))),
+    Case(R.early_return_of_an_array_updated_in_place, A(vec(3), 2.3)),
+    Case(R.rebound_through_a_temporary, A(np.array([0.3, 0.7, 1.1]))),
+    Case(R.product_with_a_moving_block, A(np.array([[0.5, -0.3, 0.8], [0.1, 0.9, -0.4], [-0.6, 0.2, 0.7]]),
+                                          np.array([0.4, -0.7, 0.3])), active=(0, 1)),
+    Case(R.columns_and_blocks_read, A(np.array([[0.2, -0.5, 0.9], [0.4, 0.1, -0.3]]))),
+    Case(R.masks_on_row_views_in_a_loop, A(rng.uniform(-1, 1, (4, 3)), rng.uniform(-1, 1, (3, 5))), active=(0, 1)),
 ]
 
 
@@ -208,18 +221,35 @@ def test_indexing_with_an_array_is_checked_like_any_index():
 
 
 def test_other_indexing_with_an_array_is_refused_where_a_gradient_flows():
-    """An index array on another axis than the first (`A[:, idx]`): refused, naming the line; its plain call runs."""
+    """An index array after a slice (`A[:, idx]`): refused, naming the line; its plain call runs."""
     import srcad as ad
     f = ad.function(R.gather_columns)
     A_ = rng.uniform(-1, 1, (3, 4))
     idx = np.array([0, 3, 3])
     assert float(f(A_, idx).numpy()) == pytest.approx(R.gather_columns(A_, idx), rel=1e-12)
     with pytest.raises(ad.TransformError, match=r"gather_columns .*`return np.sum\(A\[:, idx\] \*\* 2\)` indexes an "
-                                                r"array that carries a gradient with an array of indices.*Hint: index "
-                                                r"with one array on the first axis"):
+                                                r"array that carries a gradient with arrays of indices other than one "
+                                                r"1-d index array or mask after integer indices only.*Hint: index "
+                                                r"with one such array"):
         with ad.GradientTape() as tape:
             a = ad.Variable(A_)
             f(a, idx)
+
+
+def test_a_value_returned_by_a_helper_then_written_by_another_is_refused_where_it_was_returned():
+    """`y = first(u)` returns u from inside its loop; `second(u)` then writes into u while y is read: the
+    message says where the value was returned (the name srcad reads it by is its own)."""
+    import srcad as ad
+    f = ad.function(R.returned_array_written_by_the_next_helper)
+    b = vec(3)
+    assert float(f(b).numpy()) == pytest.approx(R.returned_array_written_by_the_next_helper(b.copy()), rel=1e-12)
+    with pytest.raises(ad.TransformError, match=r"_shift .*`u \+= c` writes into `u` while the value returned at "
+                                                r"line \d+ \(`return u`\), which shares its memory, is read afterwards"
+                                                r".*Hint: make the value returned at line \d+ an independent array"):
+        with ad.GradientTape() as tape:
+            x = ad.constant(b)
+            tape.watch(x)
+            f(x)
 
 
 def test_a_name_holding_one_of_the_rotated_buffers_is_refused():

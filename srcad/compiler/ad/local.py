@@ -17,11 +17,11 @@ are what the save analysis keeps available (`reads`).
 """
 from numba.core import types as nt
 
-from ..analysis.types import index_array, rank, type_of
+from ..analysis.types import gather_axis, index_array, rank, type_of
 from ..errors import TransformError, problem, where
 from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Global, Name, Pop, Push, Slice, Store, Subscript,
                   Tuple, UnaryOp)
-from ..ir.forms import is_atom, is_tree, leaves
+from ..ir.forms import data_names, is_atom, is_tree, leaves
 from ..ir.visit import children, defines, names_in, own_exprs, subexpressions, walk
 from .rules import ARRAY_RULES, ELEMENTWISE, JOINS, NONDIFF, instantiate, is_elementwise, partials_of
 
@@ -113,14 +113,15 @@ class LocalAdjoints:
         v = s.target
         dv = Name(self.adjoint_name(v))
         contributions = _grouped(self.contributions(s, s.value, self.fn.types.get(v), dv))
-        self_uses = [c for c in contributions if c[0] == Name(v)]
-        others = [c for c in contributions if c[0] != Name(v)]
+        self_uses = [c for c in contributions if data_names(c[0]) == [v]]     # `v`, or an element or view of it
+        others = [c for c in contributions if data_names(c[0]) != [v]]
         out = []
         if not self_uses:
             for atom, expr, mode, r in others:
                 out += self.accumulate(atom, expr, mode, r)
             return out + [self.zero(v)]
-        if len(self_uses) == 1 and (self_uses[0][2] == "exact" or rank(self.fn.types.get(v)) == 0):
+        if len(self_uses) == 1 and self_uses[0][0] == Name(v) and \
+                (self_uses[0][2] == "exact" or rank(self.fn.types.get(v)) == 0):
             for atom, expr, mode, r in others:
                 out += self.accumulate(atom, expr, mode, r)
             new = self_uses[0][1]
@@ -142,14 +143,15 @@ class LocalAdjoints:
         stored_rank = rank(type_of(self.fn, Subscript(Name(s.array), s.index)))
         zero = Store(self.adjoint_name(s.array), s.index, Const(0.0))
         v = s.value
-        first = index_array(self.fn, s.index[0])
+        k = gather_axis(self.fn, s.index)
+        first = index_array(self.fn, s.index[k]) if k is not None else None
         if first is not None and not isinstance(first.dtype, nt.Boolean) and any(self.is_active(a) for a in _atoms(v)):
             # through an index array, a repeated index keeps its last write: only that value gets its adjoint
             w = self.local(s, "last_write")
             self.fn.types[w] = nt.Array(nt.float64, 1, "C")
-            size = Subscript(Attribute(Name(s.array), "shape"), (Const(0),))
+            size = Subscript(Attribute(Name(s.array), "shape"), (Const(k),))
             weights = Subscript(Name(w), (Slice(),) + (Const(None),) * (stored_rank - 1))
-            return [Assign(w, Call("srcad.last_written", (s.index[0], size)))] + \
+            return [Assign(w, Call("srcad.last_written", (s.index[k], size)))] + \
                 self.accumulate(v, BinOp("*", view, weights), "reduce", stored_rank) + [zero]
         if isinstance(v, Subscript) and v.base == Name(s.array):
             # source and destination may overlap: take the adjoint out before zeroing it
@@ -196,10 +198,7 @@ class LocalAdjoints:
         t = s.target
         if isinstance(t, Name):
             dt = Name(self.adjoint_name(t.id))
-            restart = self.zero(t.id)
-            if isinstance(restart, Store):      # the pushed array is kept: `d_v` starts over as a new one
-                restart = Assign(dt.id, Call("np.zeros_like", (dt,)))
-            return [Push(self.adjoint_name(s.stack), dt), restart]
+            return [Push(self.adjoint_name(s.stack), dt), self.zero(t.id)]     # a new array: the pushed one is kept
         dt = Subscript(Name(self.adjoint_name(t.base.id)), t.index)
         taken = Call("np.copy", (dt,)) if rank(type_of(self.fn, t)) else dt
         return [Push(self.adjoint_name(s.stack), taken), Store(self.adjoint_name(t.base.id), t.index, Const(0.0))]
@@ -326,12 +325,11 @@ def _check_scatter(fn, t):
     if not (isinstance(t, Accumulate) and isinstance(t.target, Subscript)):
         return
     index = t.target.index
-    arrays = [k for k, i in enumerate(index) if index_array(fn, i) is not None]
-    if arrays and (arrays != [0] or index_array(fn, index[0]).ndim != 1 or any(i != Slice() for i in index[1:])):
-        raise problem(t.origin, f"`{t.origin.text}` indexes an array that carries a gradient with an array of "
-                                "indices other than one 1-d index array or mask on its first axis, which srcad "
-                                "cannot differentiate", "index with one array on the first axis (`x[idx]`, "
-                                "`A[idx, :]`), or loop over the indices")
+    if any(index_array(fn, i) is not None for i in index) and gather_axis(fn, index) is None:
+        raise problem(t.origin, f"`{t.origin.text}` indexes an array that carries a gradient with arrays of "
+                                "indices other than one 1-d index array or mask after integer indices only "
+                                "(`x[idx]`, `A[idx, :]`, `H[i, mask]`), which srcad cannot differentiate",
+                      "index with one such array, or loop over the indices")
 
 
 def _grouped(contributions):

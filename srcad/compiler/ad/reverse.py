@@ -25,7 +25,7 @@ from numba.core import types as nt
 from ..analysis.types import placeholder, rank, type_of
 from ..ir import (Accumulate, Assign, BinOp, Call, Const, Effect, For, Function, If, Name, Pop, Push, Reserve,
                   Stack, Store, Subscript, Tuple, While)
-from ..ir.visit import blocks, clone, names_in, own_exprs, walk, written_array
+from ..ir.visit import all_blocks, blocks, clone, names_in, own_exprs, walk, written_array
 from ..opt.cleanup import live_in
 from .local import LocalAdjoints, value_names
 from .saving import CPU, checkpoint_candidate, loop_facts, refuse_unsized, required_before, trip_count, undo_of
@@ -49,7 +49,7 @@ class _Context:
         self.checkpoint = checkpoint
         self.req = {}
         self.locals = {}          # (id(stmt), kind, name) -> the local the value is saved in
-        self.stacks = {}          # (name, kind) -> stack name
+        self.stacks = {}          # (name, kind, item type) -> stack name
 
     @property
     def loop(self):
@@ -76,6 +76,7 @@ class _Reverse:
         self.checkpoints = {}        # id(For) -> its Checkpoint
         self.saved_locals = []       # locals of the forward that go into `saved`
         self.restored = set()        # arrays the adjoint writes saved regions back into
+        self.rebinds = []            # statements of the adjoint bringing back a saved binding of a name
         self.stacks = {self.top: {}}
         self.top.req = self._required(self.top)
         for s in walk(fn.body):
@@ -226,7 +227,7 @@ class _Reverse:
         return self.facts.innermost.get(id(s)) is ctx.loop
 
     def _stack(self, ctx, name, kind, item):
-        key = (name, kind)
+        key = (name, kind, item)       # regions of other ranks or layouts go to stacks of their own
         if key not in ctx.stacks:
             base = {"value": f"{name}_stack", "elem": f"{name}_elems", "region": f"{name}_regions"}[kind]
             stack = self.fn.names.fresh(base if ctx is self.top else base + "_it")
@@ -247,11 +248,15 @@ class _Reverse:
                 if ctx is self.top:
                     self.saved_locals.append(ctx.locals[key])
             keep = ctx.locals[key]
+            save = Assign(keep, value, s.origin)
             restore = Assign(name, Name(keep), s.origin) if isinstance(target, Name) else \
                 Store(name, target.index, Name(keep), s.origin)
-            return [Assign(keep, value, s.origin)], [restore]
-        stack = self._stack(ctx, name, kind, item)
-        return [Push(stack, value, s.origin)], [Pop(stack, target, s.origin)]
+        else:
+            stack = self._stack(ctx, name, kind, item)
+            save, restore = Push(stack, value, s.origin), Pop(stack, target, s.origin)
+        if isinstance(target, Name):
+            self.rebinds.append(restore)
+        return [save], [restore]
 
     def _value_save(self, s, ctx, v, once=None):
         return self._save(s, ctx, Name(v), Name(v), "value", _saved_type(self.types[v]), once)
@@ -407,6 +412,7 @@ class _Reverse:
         stacks = self.stacks[self.top]
         saved = sorted(final) + self.saved_locals + [n for s in sorted(stacks) for n in (s, stacks[s].top)]
         shared = self._restored_in_place()
+        _copy_when_brought_back(adjoint_body, self.rebinds, self.restored - shared, self.types)
         return self._forward_function(forward_body, saved, shared), self._adjoint_function(adjoint_body, saved, shared)
 
     def _restored_in_place(self):
@@ -449,10 +455,15 @@ class _Reverse:
         for k, (out, d) in enumerate(zip(fn.outputs, d_outs)):
             seed = self.local.accumulate(out, Name(d), "exact", rank(type_of(fn, out)))
             seeds += [If(Name(optional[k]), [], seed)] if k in optional and seed else seed     # None: no cotangent
-        grads = []
+        grads, casts = [], []       # gradients are names (so the adjoint can be differentiated again)
         for p in params:
-            g = Name(self.local.adjoint_name(p))
-            grads.append(Call("np.float32", (g,)) if self.types[p] == nt.float32 else g)
+            g = self.local.adjoint_name(p)
+            if self.types[p] == nt.float32:       # a float32 scalar's gradient in its dtype
+                cast = fn.names.fresh(f"{g}_32")
+                self.types[cast] = nt.float32
+                casts.append(Assign(cast, Call("np.float32", (Name(g),))))
+                g = cast
+            grads.append(Name(g))
         types = dict(self.types)
         for v, d in self.local.d.items():
             ty = self.types.get(v)
@@ -465,12 +476,23 @@ class _Reverse:
         for v in self.active & set(fn.stacks):     # pushed in reversed loops: room is made as they go
             d = self.local.adjoint_name(v)
             stacks[d] = Stack(fn.stacks[v].item, fn.names.fresh(f"{d}_top"), checked=True)
-        return Function(f"{fn.name}_adjoint", fn.params + saved + d_outs, copies + zeros + seeds + body,
+        return Function(f"{fn.name}_adjoint", fn.params + saved + d_outs, copies + zeros + seeds + body + casts,
                         grads, True, types, stacks,
                         {"reverse": {"saved": saved, "d_outs": d_outs, "forward_stacks": dict(self.stacks[self.top]),
                                      "adjoints": set(self.local.d.values()), "once_per_forward": bool(shared)},
                          "aliasing": fn.facts["aliasing"]},
                         fn.names, [], fn.sources)
+
+
+def _copy_when_brought_back(body, rebinds, restored, types):
+    """An earlier binding of an array the adjoint restores regions into is brought back as a copy: its
+    memory belongs to `saved`, which must stay as it was for another run of the adjoint."""
+    names = {id(t): t.target.id if isinstance(t, Pop) else t.target for t in rebinds}
+    copied = {k for k, n in names.items() if n in restored and isinstance(types.get(n), nt.Array)}
+    for block in all_blocks(body):
+        block[:] = [u for t in block for u in
+                    ([t, Assign(names[id(t)], Call("np.copy", (Name(names[id(t)]),)), t.origin)] if id(t) in copied
+                     else [t])]
 
 
 def _bound(s, counters):

@@ -25,11 +25,13 @@ from dataclasses import dataclass, field
 
 from numba.core import types as nt
 
+from ..analysis.types import index_array
 from ..errors import TransformError
 from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Effect, For, If, Name, Pop, Push, Slice, Store,
                   Subscript, While)
 from ..ir.visit import assigned, blocks, defines, names_in, reads, subexpressions, walk, written_array
 from .local import value_names
+from .rules import JOINS
 
 
 @dataclass(frozen=True)
@@ -164,19 +166,33 @@ def _private(fn):
 
 def _invariant(fn, defs):
     """Names bound once, by an assignment reading only constants and other such names, and no values
-    held in an array (an array's elements may change while its name stays bound)."""
+    held in an array (an array's elements may change while its name stays bound); an array written
+    into is none of them (`w = np.empty(2)` in a loop, then filled: a new array each iteration)."""
+    written = _written_memory(fn)
     invariant = set()
     changed = True
     while changed:
         changed = False
         for n, sites in defs.items():
-            if n in invariant or len(sites) != 1 or not isinstance(sites[0], Assign) or sites[0].inplace:
+            if n in invariant or n in written or len(sites) != 1 or not isinstance(sites[0], Assign) or \
+                    sites[0].inplace:
                 continue
             value = sites[0].value
             if all(m not in defs or m in invariant for m in names_in(value)) and not _reads_array_values(fn, value):
                 invariant.add(n)
                 changed = True
     return invariant
+
+
+def _written_memory(fn):
+    """Names of arrays whose memory some statement writes into, through whatever name."""
+    may = fn.facts.get("aliasing", {}).get("may", {})
+    out = set()
+    for s in walk(fn.body):
+        a = written_array(s)
+        if a is not None:
+            out |= may.get(a, {a})
+    return out
 
 
 def _reads_array_values(fn, e):
@@ -186,8 +202,11 @@ def _reads_array_values(fn, e):
 
 def _shape_varying(fn, defs, multi):
     """Arrays rebound in loops whose shape may differ between bindings (slices with moving bounds,
-    allocations of a varying size, and arrays computed from those): the reverse sweep restores each
-    one's previous binding where it was bound, so that its adjoint is made again with that shape."""
+    allocations of a varying size, part of an array that is itself rebound (`p = p[1:]`), gathers
+    through index arrays or masks, joins with such an array, arrays computed from those, and arrays
+    restored from a stack in generated code, whose first binding is an empty placeholder): the reverse
+    sweep restores each one's previous binding where it was bound, so that its adjoint is made again
+    with that shape."""
     moving = multi | {s.var for s in walk(fn.body) if isinstance(s, For)}
     memo = {}
 
@@ -195,7 +214,7 @@ def _shape_varying(fn, defs, multi):
         if n not in memo:
             memo[n] = False
             memo[n] = isinstance(fn.types.get(n), nt.Array) and n not in fn.params and \
-                any(isinstance(d, Assign) and expr_varies(d.value) for d in defs.get(n, ()))
+                any(isinstance(d, Pop) or isinstance(d, Assign) and expr_varies(d.value) for d in defs.get(n, ()))
         return memo[n]
 
     def expr_varies(e):
@@ -204,12 +223,20 @@ def _shape_varying(fn, defs, multi):
                 return True
             if isinstance(x, Call) and x.fn in _ALLOCATIONS and any(names_in(a) & moving for a in x.args):
                 return True
+            if isinstance(x, Subscript) and isinstance(x.base, Name) and x.base.id in moving and \
+                    not all(i == Slice() for i in x.index):
+                return True
+            if isinstance(x, Subscript) and any(index_array(fn, i) is not None for i in x.index):
+                return True           # a gather: as many elements as the index array (or mask) picks
+            if isinstance(x, Call) and x.fn in _JOINS and names_in(x) & moving:
+                return True
             if isinstance(x, Name) and varies(x.id):
                 return True
         return False
     return {n for n in multi if varies(n)}
 
 
+_JOINS = frozenset(JOINS) | {"np.tile"}       # results as large as their arguments together
 _ALLOCATIONS = frozenset({"np.zeros", "np.ones", "np.empty", "np.full", "np.arange", "np.linspace", "np.eye",
                           "np.zeros_like", "np.ones_like", "np.empty_like", "np.full_like"})
 

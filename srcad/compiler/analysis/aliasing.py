@@ -28,7 +28,8 @@ VIEW_CALLS = frozenset({"srcad.stop_gradient", "np.transpose", "np.asarray", "np
 def analyse_aliasing(fn, active_params):
     """Check `fn` (typed, in-place updates resolved) and store what was found; returns `fn`."""
     groups, may = alias_groups(fn), alias_groups(fn, every_binding=False)
-    _check_writes(fn, groups, may, set(active_params))
+    if active_params:           # a plain call runs as NumPy would: nothing of this can make it wrong
+        _check_writes(fn, groups, may, set(active_params))
     stored = {written_array(s) for s in walk(fn.body)} - {None}
     written = [fn.names.user(p) for p in fn.params if any(a == p or p in groups.get(a, ()) for a in stored)]
     fn.facts["aliasing"] = {"groups": groups, "may": may, "written_params": written}
@@ -36,15 +37,16 @@ def analyse_aliasing(fn, active_params):
 
 
 def view_source(fn, value):
-    """The array name whose memory `value` (an Assign's value) refers to, or None."""
+    """The array name whose memory `value` (an Assign's value) refers to, or None: the name itself, a
+    basic slice of it, or a view call (`np.transpose`...) of either."""
+    if isinstance(value, Call) and value.fn in VIEW_CALLS and value.args:
+        value = value.args[0]
     if isinstance(value, Name):
         src = value.id
     elif isinstance(value, Subscript) and isinstance(value.base, Name):
         if any(index_array(fn, i) is not None for i in value.index):
             return None                     # indexing with an array makes a copy
         src = value.base.id
-    elif isinstance(value, Call) and value.fn in VIEW_CALLS and value.args and isinstance(value.args[0], Name):
-        src = value.args[0].id
     else:
         return None
     return src if isinstance(fn.types.get(src), nt.Array) else None
@@ -86,6 +88,7 @@ def _check_writes(fn, groups, may, active_params):
         if isinstance(s, Assign):
             defs.setdefault(s.target, s)
     outputs = {n for out in fn.outputs for n in names_in(out)}
+    results = fn.facts.get("lower", {}).get("results", {})
     for path in _paths(fn.body):
         s = path[-1][0][path[-1][1]]
         if not isinstance(s, Store):
@@ -96,16 +99,33 @@ def _check_writes(fn, groups, may, active_params):
             raise TransformError(f"{where(s.origin)}: `{s.origin.text}` writes into its input `{user}` which needs "
                                  f"a gradient; copy it first: {user} = {user}.copy()")
         held = {m for m in may.get(arr, ()) if count.get(m) == 1 and m not in fn.params}
-        for other in sorted((groups.get(arr, {arr}) | held) - {arr}):
-            if _disjoint(defs.get(other), s) or not _live_after(path, other, outputs):
+        for other in sorted((groups.get(arr, {arr}) | held) - {arr}, key=lambda n: (_internal(fn, n), n)):
+            if _disjoint(defs.get(other), s) or _returned_after(other, s, results) or \
+                    not _live_after(path, other, outputs):
                 continue
             view = defs.get(other)
             seen = f" (line {view.origin.line}: `{view.origin.text}`)" if view is not None else ""
-            written, read = fn.names.user(arr), fn.names.user(other)
-            raise problem(s.origin, f"`{s.origin.text}` writes into `{written}` while `{read}`{seen}, which "
+            read = fn.names.user(other)
+            if _internal(fn, other) and view is not None:     # no name of the user's: say where it was made
+                read = f"the value {'returned' if other in results else 'made'} at line {view.origin.line}"
+                what, fix = f"{read} (`{view.origin.text}`)", f"make {read} an independent array with .copy()"
+            else:
+                what, fix = f"`{read}`{seen}", f"make `{read}` an independent array with .copy()"
+            raise problem(s.origin, f"`{s.origin.text}` writes into `{fn.names.user(arr)}` while {what}, which "
                                     f"shares its memory, is read afterwards: srcad cannot differentiate that "
-                                    f"correctly",
-                          f"make `{read}` an independent array with .copy(), or finish reading it before the write")
+                                    f"correctly", f"{fix}, or finish reading it before the write")
+
+
+def _internal(fn, name):
+    """Is `name` one the compiler made, standing for no variable of the user's?"""
+    return fn.names.user(name) in fn.names.made
+
+
+def _returned_after(name, store, results):
+    """Is `name` bound only where a function returns, and `store` part of that function's call? (Its
+    binding then comes after the write, and nothing of the call runs after it.)"""
+    call = results.get(name)
+    return call is not None and store.origin is not None and store.origin.call[:len(call)] == call
 
 
 def _paths(stmts, prefix=()):

@@ -117,9 +117,22 @@ def type_of(fn, e):
 
 
 def index_array(fn, item):
-    """The type of an index item that is an array (of integers, or a boolean mask), else None."""
-    ty = fn.types.get(item.id) if isinstance(item, Name) else None
+    """The type of an index item that is an array (of integers, or a boolean mask), else None: a name,
+    or part of one (`perm[i:i + b]`, `order[::-1]`, where a view of an index array stands in the index)."""
+    ty = type_of(fn, item) if isinstance(item, (Name, Subscript)) else None
     return ty if isinstance(ty, nt.Array) else None
+
+
+def gather_axis(fn, index):
+    """Where the one 1-d index array (or mask) of `index` stands, when it stands after integers only and
+    before whole axes only (`x[idx]`, `A[idx, :]`, `H[i, mask]`): the form a scatter-add takes; else None."""
+    arrays = [k for k, i in enumerate(index) if index_array(fn, i) is not None]
+    if len(arrays) != 1 or index_array(fn, index[arrays[0]]).ndim != 1:
+        return None
+    k = arrays[0]
+    if any(isinstance(i, Slice) or i == Const(None) for i in index[:k]) or any(i != Slice() for i in index[k + 1:]):
+        return None
+    return k
 
 
 def placeholder(ty):

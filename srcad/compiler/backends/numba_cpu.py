@@ -20,7 +20,7 @@ import numba
 import numpy as np
 from numba.core import types as nt
 
-from ..analysis.types import index_array, type_of
+from ..analysis.types import gather_axis, index_array, type_of
 from ..ir import (Accumulate, Assign, BinOp, Call, Compare, Const, Effect, Global, If, Name, Pop, Push, Reserve, Store,
                   Subscript, TypeRef)
 from ..ir.printer import Printer, Writer
@@ -119,7 +119,9 @@ def _scatter_add(fn, s):
         out = [Assign(region, Call("np.zeros_like", (s.target,)), s.origin),
                Effect(Call("srcad.sum_into", (Name(region), value)), s.origin)]
         value = Name(region)
-    return out + [Effect(Call("srcad.add_at", (s.target.base, s.target.index[0], value)), s.origin)]
+    k = gather_axis(fn, s.target.index)          # after integers only (the check of ad.local)
+    dest = s.target.base if k == 0 else Subscript(s.target.base, s.target.index[:k])
+    return out + [Effect(Call("srcad.add_at", (dest, s.target.index[k], value)), s.origin)]
 
 
 # ---- printing ---------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ settings such as `if ORDER > 1:`) are decided here, so the dead branch never
 reaches Numba or the adjoint. Each statement remembers the user line it came from.
 """
 import ast
+from dataclasses import replace
 import inspect
 import operator
 
@@ -68,7 +69,7 @@ def lower(top):
         raise top.error(top.tree, "a function that returns nothing", "return the value(s) to differentiate")
     fn = Function(top.name, [outer.get(p, p) for p in params], body, outs, is_tuple, names=ctx.names,
                   sources=ctx.infos)
-    fn.facts["lower"] = {"moved": ctx.moved}
+    fn.facts["lower"] = {"moved": ctx.moved, "results": ctx.results}
     return fn
 
 
@@ -78,6 +79,8 @@ class _Context:
     def __init__(self, top):
         self.names = Names(all_names(top.tree) | RESERVED)
         self.moved = set()           # names bound by a helper's result: a move, not an alias
+        self.results = {}            # name bound where a function returns early -> its call (Origin.call)
+        self.calls = 0               # helper calls inlined so far
         self.stack = [top.pyfunc]    # helpers being inlined (recursion is refused)
         self.infos = [top]
         self.loaded = {}
@@ -150,10 +153,11 @@ def folded(e):
 class _Lowerer:
     """Lowers one function body (the top function or an inlined helper)."""
 
-    def __init__(self, ctx, info, rename, subst, helper):
+    def __init__(self, ctx, info, rename, subst, helper, call_path=()):
         self.ctx, self.info = ctx, info
         self.rename, self.subst = rename, subst
         self.helper = helper
+        self.call_path = call_path   # this inlined call of a helper (Origin.call)
         self.out = []
         self.loops = []              # (break flag, continue flag) of the enclosing loops
         self.ret_flag = None
@@ -172,7 +176,7 @@ class _Lowerer:
         self.out.append(stmt)
 
     def at(self, node):
-        self.origin = self.info.origin(node)
+        self.origin = replace(self.info.origin(node), call=self.call_path)
 
     def local(self, n):
         return self.rename.get(n, n)
@@ -196,6 +200,10 @@ class _Lowerer:
 
     def as_atom(self, e):
         return e if is_atom(e) else self.temp(e)
+
+    def named(self, atom):
+        """An atom as a name (an element or view of an array goes to a temporary)."""
+        return atom if isinstance(atom, Name) else self.temp(atom)
 
     def sub_block(self, stmts):
         saved, self.out = self.out, []
@@ -536,6 +544,7 @@ class _Lowerer:
         if self.ret_vars is None:
             base = f"{self.info.name}_result" if self.helper else "result"
             self.ret_vars = [self.fresh(base) for _ in atoms]
+            self.ctx.results.update((v, self.call_path) for v in self.ret_vars)
         elif len(atoms) != len(self.ret_vars):
             raise self.err(s, "returns of different lengths", "return the same number of values everywhere")
         for v, a in zip(self.ret_vars, atoms):
@@ -692,12 +701,10 @@ class _Lowerer:
             return Const(None)
         if path is not None and isinstance(obj, (int, float)):
             return Global(path)
-        if isinstance(node.value, ast.Name) and self.is_local(node.value.id):
-            base = self.atom(node.value)
-            if node.attr in ("shape", "ndim", "size", "dtype"):
-                return Attribute(base, node.attr)
-            if node.attr == "T":
-                return Call("np.transpose", (base,))
+        if node.attr in ("shape", "ndim", "size", "dtype", "T") and path is None and \
+                (not isinstance(node.value, ast.Name) or self.is_local(node.value.id)):
+            base = self.named(self.atom(node.value))        # of a name, or of any array expression
+            return Call("np.transpose", (base,)) if node.attr == "T" else Attribute(base, node.attr)
         raise self.err(node, f"attribute `.{node.attr}`", "only .shape, .ndim, .size, .dtype and .T of arrays "
                        "and constants of math/numpy are supported; attributes of user objects are not")
 
@@ -754,8 +761,8 @@ class _Lowerer:
         args = [self.arg(a) for a in args]
         axis = dict(kws).get("axis")
         if fn == "np.mean" and len(args) == 1 and axis is not None:      # Numba has no mean along an axis
-            return BinOp("/", self.temp(Call("np.sum", tuple(args), kws)),
-                         Subscript(Attribute(args[0], "shape"), (axis,)))
+            base = self.named(args[0])
+            return BinOp("/", self.temp(Call("np.sum", (base,), kws)), Subscript(Attribute(base, "shape"), (axis,)))
         named = dict(kws)
         for p in _POSITIONAL.get(fn, ())[len(args):]:
             if p not in named and len(args) not in _DEFAULTS.get(fn, {}):
@@ -817,7 +824,8 @@ class _Lowerer:
                 else:
                     self.assign(rename[p], a)
         self.ctx.stack.append(pyfunc)
-        sub = _Lowerer(self.ctx, info, rename, subst, True)
+        self.ctx.calls += 1
+        sub = _Lowerer(self.ctx, info, rename, subst, True, self.call_path + (self.ctx.calls,))
         body, outs, is_tuple = sub.function()
         self.ctx.stack.pop()
         self.out.extend(body)

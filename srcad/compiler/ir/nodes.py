@@ -153,12 +153,15 @@ class TypeRef(Expr):
 
 @dataclass(frozen=True)
 class Origin:
-    """The user line a statement comes from (helpers name their function)."""
+    """The user line a statement comes from (helpers name their function). `call`: the inlined calls
+    of helpers it lies in, outermost first, one number per call: the statements of one call of a
+    helper are those whose `call` starts with that call's."""
     func: str
     file: str
     line: int
     text: str
     helper: bool = False
+    call: tuple = ()
 
     def comment(self):
         where = f"{self.func} line {self.line}" if self.helper else f"line {self.line}"
