@@ -162,7 +162,7 @@ class Function:
             problem = _unsupported(v)
             if problem:
                 raise TypeError(f"{self.__name__}(): argument `{p}` is {problem}; expected a float, int or bool "
-                                f"scalar, a NumPy array (or Tensor) of them, or a tuple of those")
+                                f"scalar, a NumPy array (or Tensor) of them, a tuple of those, or None")
 
     def _refuse_shared_memory(self, values, written):
         """An argument the function writes into must not share memory with another argument
@@ -316,7 +316,7 @@ def _unsupported(v):
         return None if kind in "fiub" else f"a NumPy value of dtype {v.dtype}"
     if isinstance(v, complex):
         return "a complex number; complex numbers are not supported"
-    if isinstance(v, (bool, int, float)):
+    if v is None or isinstance(v, (bool, int, float)):     # None: an optional argument not given
         return None
     return f"{type(v).__name__} {_short_repr(v)}"
 

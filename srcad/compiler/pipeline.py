@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 from numba.core import errors as nb_errors
+from numba.core import types as nb_types
 
 from .ad.reverse import reverse
 from .analysis.activity import analyse_activity
@@ -155,7 +156,9 @@ _FRONT = PASS_NAMES[:PASS_NAMES.index("types")]    # enough for the cache key: t
 
 def front(pyfunc, arg_types, active, boundscheck=True):
     """The Program after the front passes (nothing of Numba's runs)."""
-    program = Program(lower(load(pyfunc)), arg_types=tuple(arg_types), active=tuple(bool(a) for a in active),
+    info = load(pyfunc)
+    nones = {a.arg for a, t in zip(info.tree.args.args, arg_types) if t == nb_types.none}
+    program = Program(lower(info, nones), arg_types=tuple(arg_types), active=tuple(bool(a) for a in active),
                       boundscheck=boundscheck)
     _check_arguments(program.primal, program.arg_types, program.active)
     return _run_passes(program, _FRONT)

@@ -579,3 +579,19 @@ def columns_and_blocks_read(A):
     for j in range(W.shape[1]):
         s += np.sum(W[:, j]) * np.sum(W[:, j:j + 1])
     return s
+
+
+def _norm(x, scale=None):
+    if scale is None:
+        return np.sqrt(np.sum(x * x))
+    return np.sqrt(np.sum(x * x)) * scale
+
+
+def optional_arguments(x, w=None, bias=None):
+    """Arguments that default to None, tested with `is None` here and in a helper (as Numba allows)."""
+    if w is None:
+        w = np.ones_like(x)
+    s = np.sum(w * x * x)
+    if bias is not None:
+        s = s + bias * s
+    return s + _norm(x) + _norm(x * w, 2.0)

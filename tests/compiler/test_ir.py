@@ -1,6 +1,7 @@
 """The compiler as IR passes: dumps after any pass, generated code differentiated again (second
 derivatives against finite differences), the saving policy and the clean-up seen in the IR."""
 import ast
+import inspect
 import math
 
 import numba
@@ -164,7 +165,11 @@ def test_forward_buffers_are_reused_once_their_gradient_is_gone():
 
 def second_order_check(fn, args, active):
     """The gradient function of `fn` (forward and adjoint IR as one function) transformed again:
-    its own gradient (a Hessian-vector product of `fn`) against finite differences of it."""
+    its own gradient (a Hessian-vector product of `fn`) against finite differences of it. Arguments left
+    out take their default values, as in a call."""
+    bound = inspect.signature(fn).bind(*args)
+    bound.apply_defaults()
+    args, active = tuple(bound.args), tuple(active) + (False,) * (len(bound.args) - len(args))
     program = pipeline.run(fn, typed(args), active, until="accumulate")
     grad_fn = vjp_function(program.forward, program.adjoint)
     out = fn(*fresh(args))

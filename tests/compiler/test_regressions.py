@@ -78,6 +78,9 @@ CASES = [
     Case(R.product_with_a_moving_block, A(np.array([[0.5, -0.3, 0.8], [0.1, 0.9, -0.4], [-0.6, 0.2, 0.7]]),
                                           np.array([0.4, -0.7, 0.3])), active=(0, 1)),
     Case(R.columns_and_blocks_read, A(np.array([[0.2, -0.5, 0.9], [0.4, 0.1, -0.3]]))),
+    Case(R.optional_arguments, A(np.array([0.3, -0.7, 1.1])), name="optional_arguments_none"),
+    Case(R.optional_arguments, A(np.array([0.3, -0.7, 1.1]), np.array([1.0, 2.0, 0.5]), 0.3), active=(0, 1, 2),
+         name="optional_arguments_given"),
     Case(R.masks_on_row_views_in_a_loop, A(rng.uniform(-1, 1, (4, 3)), rng.uniform(-1, 1, (3, 5))), active=(0, 1)),
 ]
 
@@ -250,6 +253,14 @@ def test_a_value_returned_by_a_helper_then_written_by_another_is_refused_where_i
             x = ad.constant(b)
             tape.watch(x)
             f(x)
+
+
+def test_an_argument_passed_none_and_used_as_a_value_is_a_type_error_naming_it():
+    import srcad as ad
+    f = ad.function(R.optional_arguments)
+    with pytest.raises(TypeError, match=r"optional_arguments .*line \d+\): argument `x` is None here, and `w = "
+                                        r"np.ones_like\(x\)` uses it as a value. Hint: pass a value for `x`"):
+        f(None)
 
 
 def test_a_name_holding_one_of_the_rotated_buffers_is_refused():

@@ -17,7 +17,7 @@ import operator
 import numpy as np
 
 from ..ad.rules import is_elementwise
-from ..errors import TransformError
+from ..errors import TransformError, where
 from ..runtime import EXPORTS
 from ..ir import (Assign, Attribute, BinOp, Call, Compare, Const, For, Function, Global, If, Name, Names, Slice,
                   Store, Subscript, Tuple, UnaryOp, While)
@@ -49,8 +49,10 @@ RESERVED = {"np", "math", "numba", "List", "types", "range", "len", "abs", "min"
     set(EXPORTS)
 
 
-def lower(top):
-    """The IR Function of parsed function `top` (a FuncInfo), with everything it calls inlined."""
+def lower(top, nones=frozenset()):
+    """The IR Function of parsed function `top` (a FuncInfo), with everything it calls inlined. The
+    parameters in `nones` are passed None: tests of them (`if w is None:`) are decided here, as for
+    module constants, so the branch that would use them as values is dropped."""
     ctx = _Context(top)
     params = [a.arg for a in top.tree.args.args]
     assigned = _assigned_names(top.tree.body)
@@ -60,10 +62,10 @@ def lower(top):
     for p in params:
         if p in assigned:          # a parameter the body rebinds: the body works on a local copy
             rename[p] = copies[p] = ctx.names.fresh(f"{p}_local", spelled=p)
-    low = _Lowerer(ctx, top, rename, {}, helper=False)
+    low = _Lowerer(ctx, top, rename, {}, helper=False, nones={p for p in nones if p not in copies})
     low.at(top.tree)
     for p, local in copies.items():
-        low.assign(local, Name(outer.get(p, p)))
+        low.assign(local, Const(None) if p in nones else Name(outer.get(p, p)))
     body, outs, is_tuple = low.function()
     if not outs:
         raise top.error(top.tree, "a function that returns nothing", "return the value(s) to differentiate")
@@ -123,7 +125,9 @@ def _any_flag(flags):
 
 
 def _plain_number(v):
-    """A global constant as a Python literal (NumPy scalars included)."""
+    """A global constant or a default value as a Python literal (NumPy scalars included; None stays)."""
+    if v is None:
+        return None
     if isinstance(v, (bool, np.bool_)):
         return bool(v)
     if isinstance(v, (int, np.integer)):
@@ -141,6 +145,8 @@ def folded(e):
         op = {"-": operator.neg, "+": operator.pos, "not": operator.not_}.get(e.op)
     else:
         return e
+    if isinstance(e, Compare) and e.op in ("is", "is not") and None in args:     # `None is None`, `1.0 is None`
+        return Const((args[0] is None) == (args[1] is None) if e.op == "is" else (args[0] is None) != (args[1] is None))
     if op is None or any(a is None for a in args):
         return e
     try:
@@ -153,11 +159,13 @@ def folded(e):
 class _Lowerer:
     """Lowers one function body (the top function or an inlined helper)."""
 
-    def __init__(self, ctx, info, rename, subst, helper, call_path=()):
+    def __init__(self, ctx, info, rename, subst, helper, call_path=(), nones=frozenset()):
         self.ctx, self.info = ctx, info
         self.rename, self.subst = rename, subst
+        self.nones = nones           # parameters passed None: only `is None` tests may read them
         self.helper = helper
         self.call_path = call_path   # this inlined call of a helper (Origin.call)
+        self.known = {}              # id of a test's AST node -> its value when made of constants, or None
         self.out = []
         self.loops = []              # (break flag, continue flag) of the enclosing loops
         self.ret_flag = None
@@ -246,6 +254,8 @@ class _Lowerer:
         for k, s in enumerate(stmts):
             self.at(s)
             self.stmt(s)
+            if self.always_returns(s):
+                return               # the rest never runs (and may not even type: `if w is None: return`)
             flags = self.jump_flags(s)
             rest = stmts[k + 1:]
             if flags and rest:
@@ -254,6 +264,16 @@ class _Lowerer:
                 body = self.sub_block(rest)
                 self.emit(If(go, body, [], self.origin))
                 return
+
+    def always_returns(self, s):
+        """Does statement `s` return on every path, its constant tests decided as `stmt_If` decides them?"""
+        if isinstance(s, ast.Return):
+            return True
+        if not isinstance(s, ast.If):
+            return False
+        known = self.constant_test(s.test)
+        branches = [s.body, s.orelse] if known is None else [s.body if known else s.orelse]
+        return all(any(self.always_returns(t) for t in b) for b in branches)
 
     def jump_flags(self, s):
         flags = []
@@ -400,7 +420,13 @@ class _Lowerer:
             raise self.err(s, "this augmented assignment target", "assign to a name or an array element")
 
     def constant_test(self, node):
-        """The truth value of a test made of constants only (None when it depends on data)."""
+        """The truth value of a test made of constants only (None when it depends on data); asked once
+        per test."""
+        if id(node) not in self.known:
+            self.known[id(node)] = self._constant_test(node)
+        return self.known[id(node)]
+
+    def _constant_test(self, node):
         saved = self.out
         self.out = []
         try:
@@ -565,6 +591,9 @@ class _Lowerer:
 
     def expr_Name(self, node):
         n = node.id
+        if n in self.nones:
+            raise TypeError(f"{where(self.origin)}: argument `{n}` is None here, and `{self.origin.text}` uses it "
+                            f"as a value. Hint: pass a value for `{n}`, or test `if {n} is None:` first")
         if n in self.subst:
             return self.subst[n]
         if n in self.rename:
@@ -609,6 +638,9 @@ class _Lowerer:
         if any(type(op) not in _COMPARE for op in node.ops):
             raise self.err(node, "an `in` / `not in` test", "compare values with == or a loop")
         if len(node.ops) == 1:
+            known = self.none_test(node)
+            if known is not None:
+                return known
             return folded(Compare(_COMPARE[type(node.ops[0])], self.atom(node.left), self.atom(node.comparators[0])))
         parts = []
         left = node.left
@@ -616,6 +648,16 @@ class _Lowerer:
             parts.append(ast.Compare(left=left, ops=[op], comparators=[right]))
             left = right
         return self.expr(ast.BoolOp(op=ast.And(), values=parts))
+
+    def none_test(self, node):
+        """`w is None` / `w is not None` of a parameter passed None, decided here; else None."""
+        op, sides = node.ops[0], (node.left, node.comparators[0])
+        if isinstance(op, (ast.Is, ast.IsNot)) and \
+                any(isinstance(a, ast.Name) and a.id in self.nones for a in sides) and \
+                all(isinstance(a, ast.Name) and a.id in self.nones or isinstance(a, ast.Constant) and a.value is None
+                    for a in sides):
+            return Const(isinstance(op, ast.Is))
+        return None
 
     def expr_BoolOp(self, node):
         first = self.expr(node.values[0])
@@ -811,21 +853,22 @@ class _Lowerer:
         prefix = info.name if k == 1 else f"{info.name}{k}"
         assigned = _assigned_names(info.tree.body)
         rename, subst = {}, {}
+        nones = {p for p, a in zip(params, args) if p not in assigned and a == Const(None)}
         for p, a in zip(params, args):
-            if p not in assigned and isinstance(a, (Name, Const, Tuple)):
+            if p not in assigned and p not in nones and isinstance(a, (Name, Const, Tuple)):
                 subst[p] = a
         for n in sorted(assigned | set(params)):
             if n not in subst:
                 rename[n] = self.ctx.names.fresh(f"{prefix}_{n}", spelled=n)
         for p, a in zip(params, args):
-            if p not in subst:
+            if p not in subst and p not in nones:
                 if isinstance(a, Tuple):
                     self.bind_tuple(rename[p], a, node)
                 else:
                     self.assign(rename[p], a)
         self.ctx.stack.append(pyfunc)
         self.ctx.calls += 1
-        sub = _Lowerer(self.ctx, info, rename, subst, True, self.call_path + (self.ctx.calls,))
+        sub = _Lowerer(self.ctx, info, rename, subst, True, self.call_path + (self.ctx.calls,), nones)
         body, outs, is_tuple = sub.function()
         self.ctx.stack.pop()
         self.out.extend(body)
@@ -836,7 +879,9 @@ class _Lowerer:
         return outs[0] if outs else Const(0)
 
     def arg_value(self, node):
-        """A helper's argument: an atom, or a tuple of atoms (passed whole)."""
+        """A helper's argument: an atom, or a tuple of atoms (passed whole); None passed on as None."""
+        if isinstance(node, ast.Name) and node.id in self.nones:
+            return Const(None)
         e = self.expr(node)
         if isinstance(e, Tuple):
             return Tuple(tuple(self.as_atom(x) for x in e.items))
