@@ -35,8 +35,8 @@ from .front.parse import load
 from .ir.printer import function_text
 from .ir.visit import clone
 from .opt.accumulate import sum_invariant_accumulations
-from .opt.cleanup import (coalesce_copies, drop_restores_of_unchanged, drop_unread_saved, eliminate_dead_code,
-                          first_accumulations, fold_constants, simplify)
+from .opt.cleanup import (coalesce_copies, drop_restores_of_unchanged, drop_round_trips, drop_unread_saved,
+                          eliminate_dead_code, first_accumulations, fold_constants, simplify)
 
 _NUMBA_ERRORS = (nb_errors.TypingError, nb_errors.UnsupportedError, nb_errors.LoweringError)
 
@@ -116,6 +116,7 @@ def _cleanup(program):
         fold_constants(fn)
         simplify(fn)
     first_accumulations(adjoint)
+    drop_round_trips(adjoint)
     eliminate_dead_code(adjoint)
     drop_restores_of_unchanged(adjoint)
     eliminate_dead_code(adjoint)

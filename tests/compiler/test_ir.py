@@ -146,6 +146,25 @@ def test_index_temporaries_are_computed_again_not_saved():
     assert "t = i - 1" in pipeline.function_text(program.adjoint)
 
 
+def test_an_update_in_place_leaves_no_round_trip_in_the_adjoint():
+    """`y[i] += e` is `t = y[i] + e; y[i] = t`, whose adjoint takes `d_y[i]` out, zeroes it and adds it
+    back: the clean-up keeps the taking out only, and the gradient is unchanged."""
+    import srcad as ad
+    from srcad.testing import check_function
+
+    def updated_in_place(x, w):
+        y = np.zeros_like(x)
+        for i in range(x.shape[0]):
+            y[i] += w * x[i] * x[i]
+        return np.sum(y * y)
+    before = pipeline.function_text(pipeline.run(updated_in_place, typed((np.ones(3), 0.5)), (True, True),
+                                                 until="reverse").adjoint)
+    after = pipeline.function_text(pipeline.run(updated_in_place, typed((np.ones(3), 0.5)), (True, True),
+                                                until="cleanup").adjoint)
+    assert "d_y[i] = 0.0" in before and "d_y[i] = 0.0" not in after and "d_y[i] +=" not in after
+    check_function(ad.function(updated_in_place), (np.array([0.3, -0.8, 1.2]), 0.7), (0, 1))
+
+
 def test_forward_buffers_are_reused_once_their_gradient_is_gone():
     import srcad as ad
     f = ad.function(corpus.energy)

@@ -4,6 +4,7 @@
   `k = e` (an inlined helper's results bound to the caller's names).
 * `fold_constants`: operators on constants are computed.
 * `first_accumulations`: `d = 0.0` then `d += e` becomes `d = e`.
+* `drop_round_trips`: `g = a[i]; a[i] = 0.0; a[i] += g` keeps only `g = a[i]`.
 * `eliminate_dead_code`: assignments whose value is never read (liveness over
   the structured IR, loops to a fixed point), and stacks whose restored values
   are never read, with all their saves.
@@ -13,7 +14,8 @@
 Stores into arrays stay: an array may be a view of another.
 """
 from ..front.lower import folded
-from ..ir import Accumulate, Assign, BinOp, Compare, Const, For, If, Name, Pop, Push, Reserve, Tuple, UnaryOp, While
+from ..ir import (Accumulate, Assign, BinOp, Compare, Const, For, If, Name, Pop, Push, Reserve, Store, Subscript, Tuple,
+                  UnaryOp, While)
 from ..ir.visit import all_blocks, map_exprs, names_in, rebuild, reads, walk, written_array
 
 
@@ -262,6 +264,23 @@ def drop_restores_of_unchanged(fn):
         del block[k]
         return True
     _each_copy(fn, restore)
+    return fn
+
+
+def drop_round_trips(fn):
+    """`g = a[i]; a[i] = 0.0; a[i] += g` leaves `a[i]` as it was (the adjoint of `a[i] = a[i] + e`, an
+    update in place): the last two go, a store and a reload fewer in what is often an inner loop."""
+    for block in all_blocks(fn.body):
+        k = 0
+        while k + 2 < len(block):
+            take, zero, back = block[k:k + 3]
+            if isinstance(take, Assign) and isinstance(take.value, Subscript) and \
+                    not hasattr(fn.types.get(take.target), "ndim") and \
+                    isinstance(zero, Store) and Subscript(Name(zero.array), zero.index) == take.value and \
+                    zero.value == Const(0.0) and isinstance(back, Accumulate) and not back.reduce and \
+                    back.target == take.value and back.value == Name(take.target):
+                del block[k + 1:k + 3]
+            k += 1
     return fn
 
 
