@@ -1536,6 +1536,616 @@ def saxpy_f32(a, x, y):
 
 
 # =====================================================================================================
+# second batch: more styles (cell lists and index arrays, back-pointers, soft minima, step-size
+# control, early returns, helpers writing into their arguments, row views, float32 rows, None)
+# =====================================================================================================
+
+# ---- module-level constants of the second batch -----------------------------------------------------
+
+POLY6 = 1.5915494309189535     # 4 / (pi h^8) without the h (2-D poly6 normalisation, simplified)
+INV_SQRT2 = 0.7071067811865476
+LOG2PI = 1.8378770664093453
+MAXIT = 40             # default iteration cap (cg_early_return)
+NSMOOTH = 2            # default number of smoothing sweeps (two_grid)
+
+
+# ---- particles --------------------------------------------------------------------------------------
+
+# SPH density with a linked-cell list (head/next integer arrays, while over the chain)
+def sph_cell_list(pos, mass, h, box):
+    n = pos.shape[0]
+    nc = int(box / h)
+    head = np.full(nc * nc, -1, dtype=np.int64)
+    nxt = np.full(n, -1, dtype=np.int64)
+    cell = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        cx = min(int(pos[i, 0] / h), nc - 1)
+        cy = min(int(pos[i, 1] / h), nc - 1)
+        c = cx * nc + cy
+        cell[i] = c
+        nxt[i] = head[c]
+        head[c] = i
+    rho = np.zeros(n)
+    h2 = h * h
+    for i in range(n):
+        cx = cell[i] // nc
+        cy = cell[i] % nc
+        for dx in range(-1, 2):
+            for dy in range(-1, 2):
+                ax = cx + dx
+                ay = cy + dy
+                if ax < 0 or ax >= nc or ay < 0 or ay >= nc:
+                    continue
+                j = head[ax * nc + ay]
+                while j >= 0:
+                    rx = pos[i, 0] - pos[j, 0]
+                    ry = pos[i, 1] - pos[j, 1]
+                    r2 = rx * rx + ry * ry
+                    if r2 < h2:
+                        w = h2 - r2
+                        rho[i] += POLY6 * mass[j] * w * w * w
+                    j = nxt[j]
+    return rho
+
+
+# bootstrap particle filter, systematic resampling from passed-in offsets (index array gather)
+def particle_filter(p0, zs, noise, offsets, sigma):
+    n = p0.shape[0]
+    T = zs.shape[0]
+    p = p0.copy()
+    loglik = 0.0
+    for t in range(T):
+        p = 0.9 * p + noise[t]
+        w = np.exp(-0.5 * ((zs[t] - p) / sigma) ** 2) / (sigma * math.sqrt(2.0 * math.pi))
+        tot = np.sum(w)
+        loglik += math.log(tot / n)
+        cw = np.cumsum(w / tot)
+        idx = np.empty(n, dtype=np.int64)
+        j = 0
+        for k in range(n):
+            u = (offsets[t] + k) / n
+            while j < n - 1 and cw[j] < u:
+                j += 1
+            idx[k] = j
+        p = p[idx]
+    return loglik, np.mean(p)
+
+
+# ---- filtering and dynamic programming --------------------------------------------------------------
+
+def _inv2(M):
+    det = M[0, 0] * M[1, 1] - M[0, 1] * M[1, 0]
+    out = np.empty((2, 2))
+    out[0, 0] = M[1, 1] / det
+    out[1, 1] = M[0, 0] / det
+    out[0, 1] = -M[0, 1] / det
+    out[1, 0] = -M[1, 0] / det
+    return out, det
+
+
+# 2-D constant-velocity Kalman filter on 2-D observations, matrix form, helper returning a tuple
+def kalman_cv(zs, q, r, dt):
+    F = np.eye(2)
+    F[0, 1] = dt
+    Q = np.empty((2, 2))
+    Q[0, 0] = q * dt ** 3 / 3.0
+    Q[0, 1] = q * dt ** 2 / 2.0
+    Q[1, 0] = Q[0, 1]
+    Q[1, 1] = q * dt
+    x = np.zeros(2)
+    P = np.eye(2)
+    nll = 0.0
+    for k in range(zs.shape[0]):
+        x = F @ x
+        P = F @ P @ F.T + Q
+        S = P.copy()
+        S[0, 0] += r
+        S[1, 1] += r
+        Sinv, det = _inv2(S)
+        innov = zs[k] - x
+        K = P @ Sinv
+        x = x + K @ innov
+        P = (np.eye(2) - K) @ P
+        nll += 0.5 * (math.log(det) + innov @ Sinv @ innov) + LOG2PI
+    return nll, x
+
+
+# HMM Viterbi in log space: psi back-pointers (int 2-D), backtracking with a reversed loop
+def viterbi(log_pi, log_A, log_B, obs):
+    T = obs.shape[0]
+    S = log_pi.shape[0]
+    delta = np.empty((T, S))
+    psi = np.zeros((T, S), dtype=np.int64)
+    delta[0] = log_pi + log_B[:, obs[0]]
+    for t in range(1, T):
+        for j in range(S):
+            best = delta[t - 1, 0] + log_A[0, j]
+            arg = 0
+            for i in range(1, S):
+                v = delta[t - 1, i] + log_A[i, j]
+                if v > best:
+                    best = v
+                    arg = i
+            delta[t, j] = best + log_B[j, obs[t]]
+            psi[t, j] = arg
+    path = np.empty(T, dtype=np.int64)
+    last = delta[T - 1]
+    k = 0
+    for j in range(1, S):
+        if last[j] > last[k]:
+            k = j
+    path[T - 1] = k
+    for t in range(T - 1, 0, -1):
+        path[t - 1] = psi[t, path[t]]
+    return delta[T - 1, k], path
+
+
+# soft-DTW (Cuturi & Blondel): soft-min of three by hand, R bordered with a large constant
+def soft_dtw(x, y, gamma):
+    n = x.shape[0]
+    m = y.shape[0]
+    R = np.full((n + 1, m + 1), 1e10)
+    R[0, 0] = 0.0
+    for i in range(1, n + 1):
+        for j in range(1, m + 1):
+            d = (x[i - 1] - y[j - 1]) ** 2
+            a = -R[i - 1, j - 1] / gamma
+            b = -R[i - 1, j] / gamma
+            c = -R[i, j - 1] / gamma
+            mx = max(a, max(b, c))
+            s = math.exp(a - mx) + math.exp(b - mx) + math.exp(c - mx)
+            R[i, j] = d - gamma * (math.log(s) + mx)
+    return R[n, m]
+
+
+# Smith-Waterman local alignment score with soft similarities and max(0, ...)
+def smith_waterman(a, b, gap, temp):
+    n = a.shape[0]
+    m = b.shape[0]
+    H = np.zeros((n + 1, m + 1))
+    best = 0.0
+    for i in range(1, n + 1):
+        for j in range(1, m + 1):
+            sim = 2.0 * math.exp(-(a[i - 1] - b[j - 1]) ** 2 / temp) - 1.0
+            h = max(0.0, H[i - 1, j - 1] + sim, H[i - 1, j] - gap, H[i, j - 1] - gap)
+            H[i, j] = h
+            if h > best:
+                best = h
+    return best
+
+
+# American put on a CRR tree, one value array overwritten element by element (reads V[j+1] first)
+def american_put(S0, K, r, sigma, T, steps):
+    dt = T / steps
+    u = math.exp(sigma * math.sqrt(dt))
+    d = 1.0 / u
+    p = (math.exp(r * dt) - d) / (u - d)
+    disc = math.exp(-r * dt)
+    V = np.empty(steps + 1)
+    for j in range(steps + 1):
+        V[j] = max(K - S0 * u ** (2 * j - steps), 0.0)
+    for i in range(steps - 1, -1, -1):
+        for j in range(i + 1):
+            cont = disc * (p * V[j + 1] + (1.0 - p) * V[j])
+            ex = K - S0 * u ** (2 * j - i)
+            V[j] = cont if cont > ex else ex
+    return V[0]
+
+
+# ---- linear algebra ---------------------------------------------------------------------------------
+
+# Cholesky-Banachiewicz (row by row, scalar loops), log-determinant and a solve with reversed loop
+def cholesky_row_solve(A, b):
+    n = A.shape[0]
+    L = np.zeros((n, n))
+    for i in range(n):
+        for j in range(i + 1):
+            s = 0.0
+            for k in range(j):
+                s += L[i, k] * L[j, k]
+            if i == j:
+                L[i, j] = math.sqrt(A[i, i] - s)
+            else:
+                L[i, j] = (A[i, j] - s) / L[j, j]
+    y = b.copy()
+    for i in range(n):
+        for k in range(i):
+            y[i] -= L[i, k] * y[k]
+        y[i] /= L[i, i]
+    x = y
+    for i in range(n - 1, -1, -1):
+        for k in range(i + 1, n):
+            x[i] -= L[k, i] * x[k]
+        x[i] /= L[i, i]
+    logdet = 0.0
+    for i in range(n):
+        logdet += 2.0 * math.log(L[i, i])
+    return x, logdet
+
+
+def _rotate(R, i, k, c, s):
+    for j in range(R.shape[1]):
+        a = R[i, j]
+        b = R[k, j]
+        R[i, j] = c * a + s * b
+        R[k, j] = -s * a + c * b
+
+
+# Givens QR: rotations applied by a helper that writes into the matrices it is given (R and Q^T)
+def givens_helper_qr(A):
+    m, n = A.shape
+    R = A.copy()
+    Qt = np.eye(m)
+    for j in range(n):
+        for i in range(m - 1, j, -1):
+            a = R[i - 1, j]
+            b = R[i, j]
+            r = math.hypot(a, b)
+            c = a / r
+            s = b / r
+            _rotate(R, i - 1, i, c, s)
+            _rotate(Qt, i - 1, i, c, s)
+    return R, Qt
+
+
+def _reflect(v, M):
+    for j in range(M.shape[1]):
+        col = M[:, j]
+        col -= 2.0 * (v @ col) * v
+
+
+# Householder reflection of a vector onto e1, applied to the columns of a matrix through a helper
+def householder_apply(x, M):
+    v = x.copy()
+    v[0] += math.copysign(np.linalg.norm(x), x[0])
+    v /= np.linalg.norm(v)
+    R = M.copy()
+    _reflect(v, R)
+    return R
+
+
+# conjugate gradient with an early return from inside the for loop (tuple with an int count)
+def cg_early_return(A0, b, tol=1e-9, maxit=MAXIT):
+    A = 0.5 * (A0 + A0.T)
+    x = np.zeros_like(b)
+    r = b - A @ x
+    p = r.copy()
+    rr = r @ r
+    for k in range(maxit):
+        Ap = A @ p
+        alpha = rr / (p @ Ap)
+        x += alpha * p
+        r -= alpha * Ap
+        rr_new = r @ r
+        if math.sqrt(rr_new) < tol:
+            return x, k + 1
+        p = r + (rr_new / rr) * p
+        rr = rr_new
+    return x, maxit
+
+
+def _lm_residual(p, t, y):
+    return p[0] * np.exp(-p[1] * t) + p[2] - y
+
+
+def _gauss_solve(M, v):
+    n = v.shape[0]
+    for k in range(n):
+        for i in range(k + 1, n):
+            f = M[i, k] / M[k, k]
+            M[i, k:] -= f * M[k, k:]
+            v[i] -= f * v[k]
+    x = np.zeros(n)
+    for i in range(n - 1, -1, -1):
+        x[i] = (v[i] - np.dot(M[i, i + 1:], x[i + 1:])) / M[i, i]
+    return x
+
+
+# Levenberg-Marquardt on y = a exp(-b t) + c: normal equations solved by a Gaussian elimination helper
+def levenberg_marquardt(p0, t, y, lam0, iters):
+    p = p0.copy()
+    lam = lam0
+    r = _lm_residual(p, t, y)
+    cost = 0.5 * (r @ r)
+    for it in range(iters):
+        e = np.exp(-p[1] * t)
+        J = np.empty((t.shape[0], 3))
+        J[:, 0] = e
+        J[:, 1] = -p[0] * t * e
+        J[:, 2] = 1.0
+        A = J.T @ J
+        for i in range(3):
+            A[i, i] *= 1.0 + lam
+        g = -(J.T @ r)
+        delta = _gauss_solve(A, g)
+        pn = p + delta
+        rn = _lm_residual(pn, t, y)
+        cn = 0.5 * (rn @ rn)
+        if cn < cost:
+            p = pn
+            r = rn
+            cost = cn
+            lam *= 0.3
+        else:
+            lam *= 2.0
+    return p, cost
+
+
+# Haar wavelet transform: a while loop halving the length, overlapping write x[:2h] = (a, d)
+def haar(x):
+    y = x.copy()
+    n = y.shape[0]
+    while n > 1:
+        h = n // 2
+        a = (y[0:n:2] + y[1:n:2]) * INV_SQRT2
+        d = (y[0:n:2] - y[1:n:2]) * INV_SQRT2
+        y[:h] = a
+        y[h:n] = d
+        n = h
+    return y
+
+
+# ---- PDE smoothers and ODE integrators --------------------------------------------------------------
+
+# red-black SOR for the 2-D Poisson equation, step-2 inner loop whose start depends on the colour
+def sor_redblack(f, h, omega, sweeps):
+    n = f.shape[0]
+    u = np.zeros_like(f)
+    for s in range(sweeps):
+        for color in range(2):
+            for i in range(1, n - 1):
+                start = 1 + (i + color) % 2
+                for j in range(start, n - 1, 2):
+                    gs = 0.25 * (u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1] - h * h * f[i, j])
+                    u[i, j] = (1.0 - omega) * u[i, j] + omega * gs
+    return u
+
+
+def _smooth(u, f, h2, nu, w=0.6666666666666666):
+    for k in range(nu):
+        u[1:-1] = (1.0 - w) * u[1:-1] + w * 0.5 * (u[:-2] + u[2:] + h2 * f[1:-1])
+
+
+# two-grid cycle for -u'' = f: in-place weighted-Jacobi helper, full weighting by step-2 slices, even/odd prolongation
+def two_grid(f, nu=NSMOOTH, cycles=2):
+    n = f.shape[0]
+    h = 1.0 / (n - 1)
+    u = np.zeros(n)
+    for c in range(cycles):
+        _smooth(u, f, h * h, nu)
+        r = np.zeros(n)
+        r[1:-1] = f[1:-1] - (2.0 * u[1:-1] - u[:-2] - u[2:]) / (h * h)
+        nc = (n - 1) // 2 + 1
+        rc = np.zeros(nc)
+        rc[1:-1] = 0.25 * r[1:-2:2] + 0.5 * r[2:-1:2] + 0.25 * r[3::2]
+        ec = np.zeros(nc)
+        _smooth(ec, rc, 4.0 * h * h, 20)
+        e = np.zeros(n)
+        e[::2] = ec
+        e[1::2] = 0.5 * (ec[:-1] + ec[1:])
+        u += e
+        _smooth(u, f, h * h, nu)
+    return u
+
+
+def _f_rkf(t, y, k, w):
+    return -k * y + math.sin(w * t)
+
+
+# Runge-Kutta-Fehlberg 4(5) with step-size control, accepted/rejected steps, clamped growth factor
+def rkf45(y0, k, w, t_end, tol=1e-6):
+    t = 0.0
+    y = y0
+    h = 0.1
+    nacc = 0
+    while t < t_end:
+        if t + h > t_end:
+            h = t_end - t
+        k1 = h * _f_rkf(t, y, k, w)
+        k2 = h * _f_rkf(t + h / 4, y + k1 / 4, k, w)
+        k3 = h * _f_rkf(t + 3 * h / 8, y + 3 * k1 / 32 + 9 * k2 / 32, k, w)
+        k4 = h * _f_rkf(t + 12 * h / 13, y + 1932 * k1 / 2197 - 7200 * k2 / 2197 + 7296 * k3 / 2197, k, w)
+        k5 = h * _f_rkf(t + h, y + 439 * k1 / 216 - 8 * k2 + 3680 * k3 / 513 - 845 * k4 / 4104, k, w)
+        k6 = h * _f_rkf(t + h / 2, y - 8 * k1 / 27 + 2 * k2 - 3544 * k3 / 2565 + 1859 * k4 / 4104 - 11 * k5 / 40,
+                        k, w)
+        y4 = y + 25 * k1 / 216 + 1408 * k3 / 2565 + 2197 * k4 / 4104 - k5 / 5
+        y5 = y + 16 * k1 / 135 + 6656 * k3 / 12825 + 28561 * k4 / 56430 - 9 * k5 / 50 + 2 * k6 / 55
+        err = abs(y5 - y4) + 1e-300
+        if err <= tol:
+            t += h
+            y = y4
+            nacc += 1
+        fac = 0.84 * (tol / err) ** 0.25
+        fac = min(4.0, max(0.1, fac))
+        h *= fac
+    return y
+
+
+def _sym_step(state, dt, k):
+    q, p = state
+    p = p - 0.5 * dt * k * np.sin(q)
+    q = q + dt * p
+    p = p - 0.5 * dt * k * np.sin(q)
+    return q, p
+
+
+# coupled pendula by a symplectic step, array state carried as a tuple through a helper
+def pendula_tuple(q0, p0, k, dt, steps):
+    state = (q0, p0)
+    for s in range(steps):
+        state = _sym_step(state, dt, k)
+    q, p = state
+    return np.sum(0.5 * p * p + k * (1.0 - np.cos(q)))
+
+
+# ---- optimisation -----------------------------------------------------------------------------------
+
+def _obj(x, A, b):
+    return 0.5 * (x @ (A @ x)) - b @ x + np.sum(np.log(np.cosh(x)))
+
+
+# gradient descent with Armijo backtracking (inner while, helper returning a float)
+def armijo_gd(x0, A, b, iters):
+    x = x0.copy()
+    for it in range(iters):
+        g = A @ x - b + np.tanh(x)
+        fx = _obj(x, A, b)
+        t = 1.0
+        gg = g @ g
+        while _obj(x - t * g, A, b) > fx - 0.3 * t * gg:
+            t *= 0.5
+        x = x - t * g
+    return _obj(x, A, b), x
+
+
+# logistic regression trained by SGD epochs over shuffled index arrays (perm rows), row views
+def sgd_logreg(w0, b0, X, y, perm, lr, l2):
+    w = w0.copy()
+    b = b0
+    for e in range(perm.shape[0]):
+        for k in range(perm.shape[1]):
+            i = perm[e, k]
+            xi = X[i]
+            z = xi @ w + b
+            p = 1.0 / (1.0 + math.exp(-z))
+            g = p - y[i]
+            w -= lr * (g * xi + l2 * w)
+            b -= lr * g
+    z = X @ w + b
+    loss = np.mean(np.log(1.0 + np.exp(-z)) + (1.0 - y) * z)
+    return loss, w
+
+
+# Newton's method for cube roots, vectorised, while True with a break, boolean-mask initial guess
+def newton_cbrt(a, tol=1e-13):
+    x = a.copy()
+    x[x < 1.0] = 1.0
+    it = 0
+    while True:
+        dx = (x * x * x - a) / (3.0 * x * x)
+        x -= dx
+        it += 1
+        if np.max(np.abs(dx)) < tol or it >= 100:
+            break
+    return x
+
+
+# ---- ML and statistics ------------------------------------------------------------------------------
+
+# causal softmax attention: masked with -inf written in loops, row max, normalisation per row view
+def causal_attention(Q, K, V):
+    n, d = Q.shape
+    S = Q @ K.T / math.sqrt(d)
+    for i in range(n):
+        for j in range(i + 1, n):
+            S[i, j] = -np.inf
+    for i in range(n):
+        row = S[i]
+        row -= np.max(row)
+        e = np.exp(row)
+        S[i] = e / np.sum(e)
+    return S @ V
+
+
+# layer norm row by row on float32, view of the output scaled in place (row *= gamma)
+def layer_norm_rows(x, gamma, beta, eps=1e-5):
+    n, d = x.shape
+    out = np.empty_like(x)
+    for i in range(n):
+        mu = np.sum(x[i]) / d
+        c = x[i] - mu
+        var = np.sum(c * c) / d
+        out[i] = c / np.sqrt(var + eps)
+        row = out[i]
+        row *= gamma
+        row += beta
+    return out
+
+
+# im2col convolution: rows of a column matrix filled from raveled windows, one matrix product, reshape
+def im2col_conv(img, ker):
+    H, W = img.shape
+    k = ker.shape[0]
+    oh = H - k + 1
+    ow = W - k + 1
+    cols = np.empty((oh * ow, k * k))
+    r = 0
+    for i in range(oh):
+        for j in range(ow):
+            cols[r, :] = img[i:i + k, j:j + k].copy().ravel()
+            r += 1
+    out = cols @ ker.ravel()
+    return out.reshape((oh, ow))
+
+
+# bilinear image warp, vectorised: np.floor, astype to int, np.clip, gather from the raveled image
+def warp_bilinear(img, fx, fy):
+    H, W = img.shape
+    flat = img.ravel()
+    out = np.empty(fx.shape[0])
+    x0 = np.floor(fx)
+    y0 = np.floor(fy)
+    tx = fx - x0
+    ty = fy - y0
+    i0 = np.clip(x0.astype(np.int64), 0, H - 2)
+    j0 = np.clip(y0.astype(np.int64), 0, W - 2)
+    a = flat[i0 * W + j0]
+    b = flat[(i0 + 1) * W + j0]
+    c = flat[i0 * W + j0 + 1]
+    d = flat[(i0 + 1) * W + j0 + 1]
+    out[:] = (1 - tx) * (1 - ty) * a + tx * (1 - ty) * b + (1 - tx) * ty * c + tx * ty * d
+    return out
+
+
+# EM step for a 1-D Gaussian mixture: log responsibilities with a per-row logsumexp, M-step by sums
+def em_gmm1d(x, mu, var, pi):
+    n = x.shape[0]
+    K = mu.shape[0]
+    logr = np.empty((n, K))
+    for k in range(K):
+        logr[:, k] = math.log(pi[k]) - 0.5 * (math.log(2.0 * math.pi * var[k]) + (x - mu[k]) ** 2 / var[k])
+    ll = 0.0
+    for i in range(n):
+        m = np.max(logr[i])
+        lse = m + math.log(np.sum(np.exp(logr[i] - m)))
+        logr[i] -= lse
+        ll += lse
+    R = np.exp(logr)
+    Nk = np.sum(R, axis=0)
+    mu_n = (R.T @ x) / Nk
+    var_n = np.empty(K)
+    for k in range(K):
+        var_n[k] = np.sum(R[:, k] * (x - mu_n[k]) ** 2) / Nk[k]
+    return mu_n, var_n, Nk / n, ll
+
+
+# label-smoothed cross entropy with integer labels and a boolean mask of valid rows (label >= 0)
+def smoothed_xent(logits, labels, eps=0.1):
+    n, K = logits.shape
+    valid = labels >= 0
+    Z = logits[valid]
+    lab = labels[valid]
+    m = Z.shape[0]
+    tot = 0.0
+    for i in range(m):
+        row = Z[i]
+        mx = np.max(row)
+        lse = mx + math.log(np.sum(np.exp(row - mx)))
+        tot += (1.0 - eps) * (lse - row[lab[i]]) + eps * (lse - np.mean(row))
+    return tot / m
+
+
+# weighted mean / variance with an optional weight array (None default)
+def weighted_moments(x, w=None):
+    if w is None:
+        w = np.ones_like(x)
+    sw = np.sum(w)
+    mu = np.sum(w * x) / sw
+    var = np.sum(w * (x - mu) ** 2) / sw
+    return mu, math.sqrt(var)
+
+
+# =====================================================================================================
 # Numba twins (for checking that every kernel compiles with numba.njit unchanged)
 # =====================================================================================================
 

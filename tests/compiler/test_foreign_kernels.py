@@ -210,6 +210,54 @@ _price = K._bs_call_vega(100.0, 105.0, 1.0, 0.02, 0.25)[0]
 case(K.implied_vol, _price, 100.0, 105.0, 1.0, 0.02)
 case(K.saxpy_f32, F32(1.5), u(6).astype(F32), u(6).astype(F32))
 
+# second batch: particles
+case(K.sph_cell_list, rng.uniform(0.05, 1.95, (12, 2)), rng.uniform(0.5, 1.5, 12), 0.45, 2.0)
+case(K.particle_filter, rng.standard_normal(20), np.array([0.3, -0.2, 0.5, 0.1]),
+     0.3 * rng.standard_normal((4, 20)), rng.uniform(0.05, 0.95, 4), 0.7, fd_ref_step=1e-4)
+
+# second batch: filtering and dynamic programming
+case(K.kalman_cv, np.cumsum(0.1 * u(6, 2), axis=0), 0.1, 0.5, 0.1, fd_ref_step=1e-4)
+case(K.viterbi, np.log(normalized(3)), np.log(normalized(3, 3)), np.log(normalized(3, 4)),
+     rng.integers(0, 4, 6))
+case(K.soft_dtw, u(6), u(5), 0.5)
+case(K.smith_waterman, u(6), u(5), 0.3, 0.5)
+case(K.american_put, 97.3, 100.0, 0.05, 0.25, 1.0, 8)
+
+# second batch: linear algebra
+case(K.cholesky_row_solve, spd(4), u(4))
+case(K.givens_helper_qr, u(5, 3))
+case(K.householder_apply, u(4), u(4, 3))
+case(K.cg_early_return, spd(5), u(5))
+_tt = np.linspace(0, 3, 10)
+case(K.levenberg_marquardt, np.array([1.5, 0.8, 0.2]), _tt, 2.0 * np.exp(-1.2 * _tt) + 0.1 + 0.02 * u(10),
+     0.1, 4)
+case(K.haar, u(8))
+
+# second batch: PDE smoothers and ODE integrators
+case(K.sor_redblack, u(6, 6), 0.2, 1.3, 3)
+case(K.two_grid, u(17), suffix="defaults")
+case(K.two_grid, u(17), 1, 1, suffix="explicit")
+case(K.rkf45, 1.0, 1.5, 2.0, 2.0, fd_ref_step=1e-4)
+case(K.pendula_tuple, 0.5 * u(4), 0.2 * u(4), 1.3, 0.1, 6)
+
+# second batch: optimisation
+case(K.armijo_gd, u(4), spd(4), u(4), 3)
+case(K.sgd_logreg, u(3), 0.1, u(6, 3), np.array([1.0, 0.0, 1.0, 1.0, 0.0, 0.0]),
+     np.stack([rng.permutation(6), rng.permutation(6)]).astype(np.int64), 0.5, 0.01)
+case(K.newton_cbrt, rng.uniform(0.2, 5.0, 5))
+
+# second batch: ML and statistics
+case(K.causal_attention, u(4, 3), u(4, 3), u(4, 2))
+case(K.layer_norm_rows, u(4, 5).astype(F32), u(5).astype(F32), u(5).astype(F32))
+case(K.im2col_conv, u(5, 5), u(3, 3))
+case(K.warp_bilinear, u(5, 6), away_from_integers(6, 0, 3), away_from_integers(6, 0, 4))
+case(K.em_gmm1d, np.concatenate([rng.normal(-1, 0.5, 6), rng.normal(1, 0.6, 6)]), np.array([-0.8, 0.9]),
+     np.array([0.5, 0.7]), np.array([0.4, 0.6]))
+case(K.smoothed_xent, 2.0 * u(6, 4), np.array([0, -1, 3, 2, -1, 1], dtype=np.int64))
+case(K.weighted_moments, u(6), suffix="default_none")
+case(K.weighted_moments, u(6), None, suffix="explicit_none")
+case(K.weighted_moments, u(6), rng.uniform(0.5, 1.5, 6), suffix="weighted")
+
 IDS = [c.name for c in CASES]
 
 _decorated = {}
