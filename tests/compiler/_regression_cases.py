@@ -595,3 +595,53 @@ def optional_arguments(x, w=None, bias=None):
     if bias is not None:
         s = s + bias * s
     return s + _norm(x) + _norm(x * w, 2.0)
+
+
+# ---- found on a third batch of kernels --------------------------------------------------------------------
+
+def copied_loop_scalar(x):
+    """A loop-carried scalar copied at the top of the loop, used, then rebuilt from the copy."""
+    prev = 0.0
+    acc = 0.0
+    for k in range(x.shape[0]):
+        p = prev
+        acc += p * p
+        prev = p + x[k]
+    s = (x.copy(), 0.0)
+    for k in range(2):
+        v, t = s
+        v[k] = v[k] + t
+        s = (v, t + v[k] * v[k])
+    v, t = s
+    return acc + np.sum(v) + t
+
+
+def axes_given_by_position(A, B, T):
+    """np.sum(A, 1), A.sum(0), np.mean(A, 1), A.mean(0), np.concatenate(..., 1), np.stack(..., 1),
+    np.transpose(T, axes) and T.transpose(...): the axis or axes given by position, not by keyword."""
+    s = np.sum(np.sum(A, 1) ** 2) + np.sum(A.sum(0) ** 3) + np.sum(np.mean(A, 1) * A.mean(0)[0])
+    s += np.sum(np.concatenate((A, B), 1) ** 2 * np.arange(7.0)) + np.sum(np.stack((A[0, :3], B[0]), 1) ** 3)
+    return s + np.sum(np.transpose(T, (1, 2, 0)) * np.arange(2.0)) + np.sum(T.transpose(2, 0, 1)[0] ** 2)
+
+
+def builtins_and_bounds_on_arrays(x, A):
+    """max / min of a whole array, np.clip with one bound, np.outer of a 2-d array, np.asarray of a tuple
+    of elements, and a transpose copied in C order then flattened."""
+    v = np.asarray((x[0] * x[1], x[2]))
+    s = max(x) * min(x) + np.sum(np.clip(x, 0.0, None) ** 2) + np.sum(np.clip(x, None, 0.5) * x)
+    return s + np.sum(np.outer(A, x) ** 2) + np.sum(v * v) + np.sum(A.T.copy().reshape(-1) * np.arange(6.0))
+
+
+def two_dimensional_mask(A):
+    B = A.copy()
+    B[B < 0.0] = 0.0
+    return np.sum(B)
+
+
+def manhattan_norm(x):
+    return np.linalg.norm(x, 1)
+
+
+def eigenvalues_squared(x):
+    w = np.linalg.eigh(np.outer(x, x) + np.eye(3))[0]
+    return np.sum(w * w)

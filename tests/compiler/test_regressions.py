@@ -81,6 +81,10 @@ CASES = [
     Case(R.optional_arguments, A(np.array([0.3, -0.7, 1.1])), name="optional_arguments_none"),
     Case(R.optional_arguments, A(np.array([0.3, -0.7, 1.1]), np.array([1.0, 2.0, 0.5]), 0.3), active=(0, 1, 2),
          name="optional_arguments_given"),
+    Case(R.copied_loop_scalar, A(np.array([0.3, -0.7, 0.5]))),
+    Case(R.axes_given_by_position, A(rng.uniform(-1, 1, (3, 4)), rng.uniform(-1, 1, (3, 3)),
+                                     rng.uniform(-1, 1, (2, 3, 2))), active=(0, 1, 2)),
+    Case(R.builtins_and_bounds_on_arrays, A(np.array([0.3, -0.7, 0.9]), rng.uniform(-1, 1, (2, 3))), active=(0, 1)),
     Case(R.masks_on_row_views_in_a_loop, A(rng.uniform(-1, 1, (4, 3)), rng.uniform(-1, 1, (3, 5))), active=(0, 1)),
 ]
 
@@ -261,6 +265,31 @@ def test_an_argument_passed_none_and_used_as_a_value_is_a_type_error_naming_it()
     with pytest.raises(TypeError, match=r"optional_arguments .*line \d+\): argument `x` is None here, and `w = "
                                         r"np.ones_like\(x\)` uses it as a value. Hint: pass a value for `x`"):
         f(None)
+
+
+@pytest.mark.parametrize("fn, message", [
+    (R.manhattan_norm, r"no derivative rule for `np.linalg.norm` of a 1-d array, ord=1 in `return np.linalg.norm"),
+    (R.eigenvalues_squared, r"no derivative rule for `np.linalg.eigh` in `w = np.linalg.eigh"),
+])
+def test_functions_without_a_rule_for_these_arguments_are_refused_not_silently_wrong(fn, message):
+    """A norm other than the 2-norm, and a function returning a tuple (its values carry derivatives), are
+    refused under a tape naming the function; they gave wrong gradients silently before."""
+    import srcad as ad
+    f = ad.function(fn)
+    x = ad.constant(np.array([0.3, -0.7, 0.5]))
+    with pytest.raises(ad.TransformError, match=rf"{fn.__name__} .*line \d+\): {message}"):
+        with ad.GradientTape() as tape:
+            tape.watch(x)
+            f(x)
+
+
+def test_a_boolean_mask_of_two_dimensions_is_refused_naming_the_line():
+    """Numba indexes with 1-d masks only; a 2-d one failed inside Numba with an empty AssertionError."""
+    import srcad as ad
+    f = ad.function(R.two_dimensional_mask)
+    with pytest.raises(ad.TransformError, match=r"two_dimensional_mask .*line \d+\): `B\[B < 0.0\] = 0.0` indexes "
+                                                r"with a boolean mask of 2 dimensions.*Hint: use np.where"):
+        f(rng.uniform(-1, 1, (2, 3)))
 
 
 def test_a_name_holding_one_of_the_rotated_buffers_is_refused():

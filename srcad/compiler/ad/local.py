@@ -230,7 +230,7 @@ class LocalAdjoints:
             axis = value.keyword("axis")
             axis = axis.value if isinstance(axis, Const) else None
             if fn in ARRAY_RULES:
-                return self.array_rule(s, fn, list(value.args), axis, g, out_rank)
+                return self.array_rule(s, fn, list(value.args), axis, g, out_rank, value.keywords)
             if fn in JOINS and value.args and isinstance(value.args[0], Tuple):
                 return self.join_rule(fn, list(value.args[0].items), axis, g)
             if fn in ELEMENTWISE:
@@ -277,18 +277,22 @@ class LocalAdjoints:
         visit(root, [], False)
         return result
 
-    def array_rule(self, s, fn, args, axis, g, out_rank):
+    def array_rule(self, s, fn, args, axis, g, out_rank, keywords=()):
         ranks = [rank(type_of(self.fn, a)) for a in args]
         rule = ARRAY_RULES[fn]
+        others = {k: v for k, v in keywords if k != "axis"}
         result = []
         for k, transpose in enumerate(rule.transposes):
             if k >= len(args) or transpose is None or not self.is_active(args[k]):
                 continue
-            found = transpose(args, g, ranks, axis)
+            found = None if others and not (rule.keywords and rule.keywords(others, ranks)) else \
+                transpose(args, g, ranks, axis)
             if found is None:
-                raise TransformError(f"{where(s.origin)}: no derivative rule for `{fn}` on arrays of rank {ranks}"
-                                     f"{'' if axis is None else f' with axis={axis}'} in `{s.origin.text}`. Hint: "
-                                     f"use explicit loops or a supported form (docs/rules.md)")
+                given = "".join(f", {k}={_shown(v)}" for k, v in (("axis", axis),) + tuple(others.items())
+                                if v is not None)
+                raise TransformError(f"{where(s.origin)}: no derivative rule for `{fn}` of "
+                                     f"{_kinds(ranks)}{given} in `{s.origin.text}`. Hint: use explicit loops or a "
+                                     f"supported form (docs/rules.md)")
             expr, mode = found
             result.append((args[k], expr, mode, ranks[k] if mode in ("exact", "expand") else out_rank))
         return result
@@ -330,6 +334,19 @@ def _check_scatter(fn, t):
                                 "indices other than one 1-d index array or mask after integer indices only "
                                 "(`x[idx]`, `A[idx, :]`, `H[i, mask]`), which srcad cannot differentiate",
                       "index with one such array, or loop over the indices")
+
+
+def _kinds(ranks):
+    """Arguments by kind, for messages: `a 2-d array and a scalar`."""
+    kinds = ["a scalar" if r == 0 else f"a {r}-d array" for r in ranks]
+    return " and ".join(kinds) if len(kinds) <= 2 else ", ".join(kinds[:-1]) + " and " + kinds[-1]
+
+
+def _shown(v):
+    """A keyword's value as the user wrote it, where it is a constant."""
+    if isinstance(v, Const):
+        return repr(v.value)
+    return v.path if isinstance(v, Global) else "..."
 
 
 def _grouped(contributions):

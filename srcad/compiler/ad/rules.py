@@ -111,7 +111,7 @@ elementwise("np.reciprocal", lambda a: -1.0 / (a * a))
 elementwise("np.deg2rad np.radians math.radians", lambda a: Const(0.017453292519943295))
 elementwise("np.rad2deg np.degrees math.degrees", lambda a: Const(57.29577951308232))
 elementwise("np.negative", lambda a: Const(-1.0))
-elementwise("np.positive np.copy np.asarray np.ascontiguousarray float np.float64 np.float32 .astype",
+elementwise("np.positive np.copy .copy np.asarray np.ascontiguousarray float np.float64 np.float32 .astype",
             lambda a, *dtype: Const(1.0))
 elementwise("np.power math.pow", lambda a, b: srcad.power_slope(a, b), lambda a, b: srcad.log_or_zero(a) * a ** b)
 elementwise("np.arctan2 math.atan2", lambda a, b: b / (a * a + b * b), lambda a, b: -a / (a * a + b * b))
@@ -175,6 +175,7 @@ NONDIFF = frozenset("""
 class ArrayRule:
     tangent: object          # (args, dargs, ranks, axis) -> tangent expression (None where a darg is absent)
     transposes: tuple        # per argument: (args, g, ranks, axis) -> (adjoint expression, mode), or None
+    keywords: object = None  # (keywords other than axis, ranks) -> does the rule hold with them? (None: none may be given)
 
 
 def _matmul_transpose(k):
@@ -248,6 +249,30 @@ def _extremum(fn):
     return ArrayRule(tangent, (transpose,))
 
 
+def _permuted(x, args, inverse):
+    """np.transpose of `x` with the axes `args[1]` of `np.transpose(a, axes)` (all reversed where none are
+    given); `inverse`: the permutation undoing them. None where the axes are not constants."""
+    if len(args) == 1:
+        return np_.transpose(x)
+    axes = args[1]
+    if not (isinstance(axes, Tuple) and all(isinstance(a, Const) and type(a.value) is int for a in axes.items)):
+        return None
+    order = [a.value % len(axes.items) for a in axes.items]
+    if inverse:
+        order = sorted(range(len(order)), key=order.__getitem__)
+    return Call("np.transpose", (x, Tuple(tuple(Const(k) for k in order))))
+
+
+def _exact(expr):
+    return None if expr is None else (expr, "exact")
+
+
+def _euclidean(keywords, ranks):
+    """The 2-norm of a vector or the Frobenius norm of a matrix: `ord` not given, or 2 for a vector."""
+    order = keywords.get("ord", Const(None))
+    return set(keywords) <= {"ord"} and (order == Const(None) or (order == Const(2) and ranks[0] == 1))
+
+
 def _norm_tangent(args, dargs, ranks, axis):
     return None if axis is not None else np_.sum(args[0] * dargs[0]) / Call("np.linalg.norm", (args[0],))
 
@@ -260,6 +285,15 @@ def _outer_tangent(args, dargs, ranks, axis):
     a, b = args
     da, db = dargs
     return _sum_of((np_.outer(da, b) if da is not None else None, np_.outer(a, db) if db is not None else None))
+
+
+def _outer_transpose(g, args, ranks, k):
+    """np.outer flattens its arguments: the adjoint of argument k is (g or g.T) times the other one,
+    flattened, shaped back like argument k."""
+    other = args[1 - k]
+    if ranks == [1, 1]:
+        return g @ other, "exact"
+    return _shaped_like(g @ (other if ranks[1 - k] == 1 else np_.ravel(other)), args[k]), "exact"
 
 
 def _fill_rule(fn):
@@ -306,16 +340,17 @@ ARRAY_RULES = {
     "np.amax": _extremum("np.max"),
     "np.min": _extremum("np.min"),
     "np.amin": _extremum("np.min"),
-    "np.linalg.norm": ArrayRule(_norm_tangent, (_norm_transpose,)),
-    "np.outer": ArrayRule(_outer_tangent, (lambda args, g, ranks, axis: (g @ args[1], "exact"),
-                                           lambda args, g, ranks, axis: (np_.transpose(g) @ args[0], "exact"))),
+    "np.linalg.norm": ArrayRule(_norm_tangent, (_norm_transpose,), _euclidean),
+    "np.outer": ArrayRule(_outer_tangent, (lambda args, g, ranks, axis: _outer_transpose(g, args, ranks, 0),
+                                           lambda args, g, ranks, axis: _outer_transpose(np_.transpose(g), args,
+                                                                                         ranks, 1))),
     "np.full": _fill_rule("np.full"),
     "np.full_like": _fill_rule("np.full_like"),
     "np.linspace": ArrayRule(_linspace_tangent,
                              (lambda args, g, ranks, axis: (np_.sum(g * (1.0 - _linspace_weights(args))), "exact"),
                               lambda args, g, ranks, axis: (np_.sum(g * _linspace_weights(args)), "exact"))),
-    "np.transpose": ArrayRule(lambda args, dargs, ranks, axis: np_.transpose(dargs[0]),
-                              (lambda args, g, ranks, axis: (np_.transpose(g), "exact"),)),
+    "np.transpose": ArrayRule(lambda args, dargs, ranks, axis: _permuted(dargs[0], args, False),
+                              (lambda args, g, ranks, axis: _exact(_permuted(g, args, True)),)),
     "np.reshape": ArrayRule(lambda args, dargs, ranks, axis: Call("np.reshape", (dargs[0], args[1])),
                             (lambda args, g, ranks, axis: (_shaped_like(g, args[0]), "exact"),)),
     "np.ravel": ArrayRule(lambda args, dargs, ranks, axis: np_.ravel(dargs[0]),
@@ -397,8 +432,15 @@ def _stack_transpose(items, k, g, ranks, axis):
     return Subscript(g, (Slice(),) * a + (Const(k),)), "exact"
 
 
+def _asarray_tangent(items, ditems, ranks, axis):
+    return Call("np.asarray", (Tuple(tuple(d if d is not None else np_.zeros_like(x) if r else Const(0.0)
+                                          for x, d, r in zip(items, ditems, ranks))),))
+
+
 JOINS = {"np.concatenate": JoinRule(_join_tangent("np.concatenate"), _concatenate_transpose),
-         "np.stack": JoinRule(_join_tangent("np.stack"), _stack_transpose)}
+         "np.stack": JoinRule(_join_tangent("np.stack"), _stack_transpose),
+         "np.asarray": JoinRule(_asarray_tangent, _stack_transpose),      # of a tuple: stacked on a new first axis
+         "np.array": JoinRule(_asarray_tangent, _stack_transpose)}
 
 
 # ---- lookups ------------------------------------------------------------------------------------

@@ -10,6 +10,8 @@ and booleans are never active.
 Stores on `fn.facts["activity"]`: `active` (names), `varied`, `useful`, and
 `params` (the active parameters).
 """
+from numba.core import types as nt
+
 from ..ad.rules import ARRAY_RULES, ELEMENTWISE, JOINS, NONDIFF, OPERATORS, is_elementwise, partials_of
 from ..ir import Accumulate, Assign, BinOp, Call, Const, Name, Pop, Push, Store, Tuple, UnaryOp
 from ..ir.forms import data_names, is_atom, is_tree
@@ -90,8 +92,12 @@ def _varied(fn, start):
 
 
 def _carries_derivatives(fn, name):
-    """Can `name` hold float values (a stack: by the type of its items, whatever the target stores it as)?"""
-    return is_float(fn.stacks[name].item if name in fn.stacks else fn.types.get(name))
+    """Can `name` hold float values (a stack: by the type of its items, whatever the target stores it as; a
+    tuple, as what a function like np.linalg.eigh returns: by the types of its items)?"""
+    ty = fn.stacks[name].item if name in fn.stacks else fn.types.get(name)
+    if isinstance(ty, nt.BaseTuple):
+        return any(is_float(t) for t in ty.types)
+    return is_float(ty)
 
 
 def _useful(fn, varied):

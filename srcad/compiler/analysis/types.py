@@ -7,9 +7,9 @@ unreachable and any scalar type keeps it valid.
 """
 from numba.core import types as nt
 
-from ..errors import where
-from ..ir import Call, Const, For, Global, Name, Slice, Subscript, Tuple, While
-from ..ir.visit import assigned, walk
+from ..errors import problem, where
+from ..ir import Call, Const, For, Global, Name, Slice, Store, Subscript, Tuple, While
+from ..ir.visit import assigned, own_exprs, subexpressions, walk
 
 
 def assign_types(fn, typemap, arg_types):
@@ -24,7 +24,20 @@ def assign_types(fn, typemap, arg_types):
             types.setdefault(s.cond, nt.boolean)
     fn.types = types
     _check_loop_bounds(fn)
+    _check_masks(fn)
     return fn
+
+
+def _check_masks(fn):
+    """Numba indexes with 1-d boolean masks only (a 2-d one fails inside Numba, with no message)."""
+    for s in walk(fn.body):
+        indices = [x.index for e in own_exprs(s) for x in subexpressions(e) if isinstance(x, Subscript)]
+        for item in (i for index in indices + ([s.index] if isinstance(s, Store) else []) for i in index):
+            mask = index_array(fn, item)
+            if mask is not None and isinstance(mask.dtype, nt.Boolean) and mask.ndim > 1:
+                raise problem(s.origin, f"`{s.origin.text}` indexes with a boolean mask of {mask.ndim} "
+                                        "dimensions, which Numba does not support (1-d masks only)",
+                              "use np.where(mask, a, b), or index the array's ravel() with the mask's")
 
 
 def _check_loop_bounds(fn):

@@ -326,7 +326,10 @@ def primal_types(dispatcher, arg_types, compile_it):
     """Numba's typing of the primal. With `compile_it` (no gradient wanted: the caller is about to run
     the primal) compile it and read the types off the compile; otherwise type inference alone."""
     if compile_it:
-        dispatcher.compile(tuple(arg_types))
+        try:
+            dispatcher.compile(tuple(arg_types))
+        except AssertionError:      # an internal error of Numba's lowering: the passes on the types name the line
+            pass
     overload = dispatcher.overloads.get(tuple(arg_types))
     if overload is not None and hasattr(overload.type_annotation, "typemap"):
         return Typed(overload.type_annotation.typemap, overload.signature.return_type)

@@ -34,7 +34,7 @@ _TREE_OPS = {"+", "-", "*", "/", "**", "%"}
 _FOLD = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,
          "%": operator.mod, "**": operator.pow, "<": operator.lt, "<=": operator.le, ">": operator.gt,
          ">=": operator.ge, "==": operator.eq, "!=": operator.ne, "&": operator.and_, "|": operator.or_}
-_METHODS = {"copy": "np.copy", "sum": "np.sum", "mean": "np.mean", "dot": "np.dot", "max": "np.max",
+_METHODS = {"copy": ".copy", "sum": "np.sum", "mean": "np.mean", "dot": "np.dot", "max": "np.max",
             "min": "np.min", "prod": "np.prod", "transpose": "np.transpose", "ravel": "np.ravel",
             "reshape": "np.reshape", "cumsum": "np.cumsum", "var": "np.var", "std": "np.std", "trace": "np.trace"}
 _BUILTINS = {"abs", "min", "max", "float", "int", "len", "round", "bool"}
@@ -44,6 +44,10 @@ _SUPPLIED = {"np.tile": "srcad.tile"}
 _POSITIONAL = {"np.full": ("shape", "fill_value"), "np.full_like": ("a", "fill_value"),
                "np.linspace": ("start", "stop", "num")}
 _DEFAULTS = {"np.linspace": {2: Const(50)}}
+# the keyword a second positional argument stands for (`np.sum(A, 1)` is `np.sum(A, axis=1)`), as rules read it
+_SECOND_KEYWORD = dict.fromkeys(("np.sum", "np.mean", "np.prod", "np.max", "np.min", "np.amax", "np.amin", "np.cumsum",
+                                 "np.var", "np.std", "np.concatenate", "np.stack", "np.sort", "np.argmax",
+                                 "np.argmin", "np.median"), "axis") | {"np.linalg.norm": "ord"}
 # names generated code uses for modules, types and runtime helpers: a user name among them is renamed
 RESERVED = {"np", "math", "numba", "List", "types", "range", "len", "abs", "min", "max", "float", "int"} | \
     set(EXPORTS)
@@ -122,6 +126,10 @@ def _any_flag(flags):
     for f in flags[1:]:
         e = BinOp("|", e, Name(f))
     return e
+
+
+def _is_none(node):
+    return isinstance(node, ast.Constant) and node.value is None
 
 
 def _plain_number(v):
@@ -780,10 +788,10 @@ class _Lowerer:
                 if path is not None:
                     return self.call(canon or path, node.args, kws)
             if f.attr in _METHODS and (not isinstance(f.value, ast.Name) or self.is_local(f.value.id)):
-                args = tuple(self.arg(a) for a in node.args)
-                if f.attr == "reshape" and len(args) > 1:      # x.reshape(2, 3) is np.reshape(x, (2, 3))
-                    args = (Tuple(args),)
-                return Call(_METHODS[f.attr], (self.atom(f.value),) + args, kws)
+                args = list(node.args)
+                if f.attr in ("reshape", "transpose") and len(args) > 1:   # x.reshape(2, 3): np.reshape(x, (2, 3))
+                    args = [ast.Tuple(elts=args, ctx=ast.Load())]
+                return self.call(_METHODS[f.attr], [f.value] + args, kws)
             if isinstance(f.value, ast.Name) and self.is_local(f.value.id) and f.attr == "astype":
                 return Call(".astype", (self.atom(f.value),) + tuple(self.kw_value(a) for a in node.args))
         raise self.err(node, "this call", "call math/NumPy functions, plain Python functions, or the array "
@@ -793,6 +801,13 @@ class _Lowerer:
         """A call of a known function; n-ary min/max become nested binary ones (Python's tie rule: the
         first of equal values wins, as the rule for `max(a, b)` assumes)."""
         fn = _SUPPLIED.get(fn, fn)
+        if fn in ("min", "max") and len(args) == 1 and not kws:      # of an array: its extremum
+            fn = "np." + fn
+        if fn == "np.clip" and len(args) == 3 and _is_none(args[2]) != _is_none(args[1]):   # one bound
+            fn, args = ("np.maximum", args[:2]) if _is_none(args[2]) else ("np.minimum", [args[0], args[2]])
+        if fn in _SECOND_KEYWORD and len(args) == 2 and _SECOND_KEYWORD[fn] not in dict(kws):
+            kws = kws + ((_SECOND_KEYWORD[fn], self.kw_value(args[1])),)
+            args = args[:1]
         if fn in ("min", "max") and len(args) > 2 and not kws:
             e = self.call(fn, args[:2], kws)
             for a in args[2:]:

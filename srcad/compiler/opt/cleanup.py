@@ -39,6 +39,13 @@ def _kill(s):
     return set()
 
 
+def _changes(s):
+    """Names whose value `s` changes: those it binds, and those it adds to."""
+    if isinstance(s, Accumulate) and isinstance(s.target, Name):
+        return {s.target.id}
+    return _kill(s)
+
+
 def live_in(stmts, live_out, marks=None):
     """Names `stmts` read before binding them, given the names live after them. With `marks` (a dict),
     record for each statement the names live just after it."""
@@ -177,7 +184,7 @@ def coalesce_copies(fn):
         temp = s.value.id
         if temp not in fn.names.made or uses.get(temp) != 1 or defs.get(temp) != 1 or s.inplace:
             return False
-        j = _binding_before(block, k, temp, lambda u: s.target in reads(u) or s.target in _kill(u))
+        j = _binding_before(block, k, temp, lambda u: s.target in reads(u) or s.target in _changes(u))
         if j is None or s.target in names_in(block[j].value):
             return False
         block[j].target = s.target
@@ -254,11 +261,11 @@ def _zeros_through(stmts, zero, scalars, rewrite):
 
 
 def drop_restores_of_unchanged(fn):
-    """`k = v ... v = k` with `v` not rebound in between (a save around code that is gone): the
+    """`k = v ... v = k` with neither changed in between (a save around code that is gone): the
     restore goes, and the save with it when nothing else reads `k`."""
     def restore(block, k):
         v, keep = block[k].target, block[k].value.id
-        j = _binding_before(block, k, keep, lambda u: v in _kill(u) or keep in _kill(u))
+        j = _binding_before(block, k, keep, lambda u: v in _changes(u) or keep in _changes(u))
         if j is None or block[j].value != Name(v):
             return False
         del block[k]
