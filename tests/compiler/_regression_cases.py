@@ -645,3 +645,19 @@ def manhattan_norm(x):
 def eigenvalues_squared(x):
     w = np.linalg.eigh(np.outer(x, x) + np.eye(3))[0]
     return np.sum(w * w)
+
+
+SMOOTHING = (-3.0 / 35, 12.0 / 35, 17.0 / 35, 12.0 / 35, -3.0 / 35)     # Savitzky-Golay, 5 points
+RK4_WEIGHTS = (1.0 / 6, 1.0 / 3, 1.0 / 3, 1.0 / 6)
+
+
+def tables_of_module_constants(y, h):
+    """Module-level tuples of numbers: indexed by a loop index, by a constant, and unpacked."""
+    out = np.zeros(y.shape[0] - 4)
+    for i in range(out.shape[0]):
+        s = 0.0
+        for j in range(5):
+            s += SMOOTHING[j] * y[i + j]
+        out[i] = s * s
+    b0, b1, b2, b3 = RK4_WEIGHTS
+    return np.sum(out) * (b0 + b3) * h + RK4_WEIGHTS[1] * y[0] * h * h

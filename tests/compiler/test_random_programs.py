@@ -21,8 +21,9 @@ Cost: one compile is the expensive part, so each generated *program* is a
 module whose entry function holds ``FRAGMENTS`` independent fragments (each a
 small program of its own, written inline with its own variable prefix or as a
 helper call) and returns one result per fragment as a tuple.  One compile
-therefore checks ``FRAGMENTS`` programs; ``MAX_EXAMPLES * FRAGMENTS`` >= 200
-fragment-programs per run.  The source is written to a file in a temporary
+therefore checks ``FRAGMENTS`` programs; about ``MAX_EXAMPLES * FRAGMENTS`` >= 200
+fragment-programs per run, drawn in ``PARTS`` tests with seeds of their own so
+that test processes share them out.  The source is written to a file in a temporary
 directory and imported (the compiler reads source with ``inspect``).
 
 Check: the results of the compiled forward (under the tape) equal the plain
@@ -41,7 +42,7 @@ import tempfile
 
 import numpy as np
 from hypothesis.errors import UnsatisfiedAssumption
-from hypothesis import HealthCheck, Phase, assume, given, settings, strategies as st
+from hypothesis import HealthCheck, Phase, assume, given, seed, settings, strategies as st
 
 
 import srcad as ad
@@ -587,24 +588,37 @@ def localize(helper_defs, frags, seed):
 
 
 # Shrinking would recompile at every step (minutes); instead a failure is
-# localized to its fragments, each reported as a standalone program.
-@settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, database=None,
-          phases=[Phase.explicit, Phase.generate],
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
-                                 HealthCheck.data_too_large])
-@given(programs())
-def test_random_program_gradient(prog):
-    helper_defs, frags, seed = prog
-    src = build_source(helper_defs, frags)
-    try:
-        check_program(src, seed)
-    except UnsatisfiedAssumption:
-        raise
-    except Exception as e:   # noqa: BLE001 - localized, then re-raised
-        alone = localize(helper_defs, frags, seed)
-        raise AssertionError("%s: %s" % (type(e).__name__, e) + "\n\n=== localized (%d of %d fragments fail alone) ===\n"
-                             % (len(alone), len(frags)) + "\n".join(alone)) from None
+# localized to its fragments, each reported as a standalone program. The programs are drawn in PARTS
+# tests of their own, with fixed seeds, so that test processes (pytest-xdist) share them out.
+PARTS = 4
+
+
+def _random_program_test(part):
+    @seed(20261125 + part)
+    @settings(max_examples=-(-MAX_EXAMPLES // PARTS), deadline=None, database=None,
+              phases=[Phase.explicit, Phase.generate],
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                     HealthCheck.data_too_large])
+    @given(programs())
+    def test(prog):
+        helper_defs, frags, seed_ = prog
+        src = build_source(helper_defs, frags)
+        try:
+            check_program(src, seed_)
+        except UnsatisfiedAssumption:
+            raise
+        except Exception as e:   # noqa: BLE001 - localized, then re-raised
+            alone = localize(helper_defs, frags, seed_)
+            raise AssertionError("%s: %s" % (type(e).__name__, e) + "\n\n=== localized (%d of %d fragments fail "
+                                 "alone) ===\n" % (len(alone), len(frags)) + "\n".join(alone)) from None
+    return test
+
+
+test_random_program_gradient_0 = _random_program_test(0)
+test_random_program_gradient_1 = _random_program_test(1)
+test_random_program_gradient_2 = _random_program_test(2)
+test_random_program_gradient_3 = _random_program_test(3)
 
 
 def test_enough_programs():
-    assert MAX_EXAMPLES * FRAGMENTS >= 200
+    assert PARTS * -(-MAX_EXAMPLES // PARTS) * FRAGMENTS >= 200

@@ -612,6 +612,8 @@ class _Lowerer:
         kind = resolve(self.info, n)
         if kind[0] == "const":
             return Const(_plain_number(kind[1]))
+        if kind[0] == "tuple":
+            return Tuple(tuple(Const(_plain_number(v)) for v in kind[1]))
         if kind[0] == "array":
             raise self.err(node, f"global array `{n}`", "pass the array as an argument")
         if kind[0] == "missing":
@@ -719,6 +721,8 @@ class _Lowerer:
             whole = self.expr(v)
             if isinstance(whole, Tuple):
                 k = node.slice.value if isinstance(node.slice, ast.Constant) else None
+                if k is None and all(isinstance(x, Const) for x in whole.items):     # a table of numbers
+                    return Subscript(Const(tuple(x.value for x in whole.items)), self.index(node.slice))
                 if not isinstance(k, int) or not -len(whole.items) <= k < len(whole.items):
                     raise self.err(node, "indexing a tuple with something other than a constant in range",
                                    "index tuples with constants, or unpack them: a, b = t")

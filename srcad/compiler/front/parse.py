@@ -171,7 +171,7 @@ def is_stop_gradient(value):
 
 def resolve(info, name):
     """What a free name means: ('module', 'np'|'math'), ('function', pyfunc),
-    ('callable', 'np.sin'), ('stop_gradient',), ('const', value), ('builtin', name),
+    ('callable', 'np.sin'), ('stop_gradient',), ('const', value), ('tuple', numbers), ('builtin', name),
     ('array', value) or ('unknown', value)."""
     if name in info.namespace:
         value = info.namespace[name]
@@ -192,6 +192,9 @@ def resolve(info, name):
         return ("callable", canon)
     if isinstance(value, (bool, int, float, np.integer, np.floating, np.bool_)):
         return ("const", value)
+    if isinstance(value, tuple) and value and all(isinstance(v, (bool, int, float, np.integer, np.floating))
+                                                  for v in value):
+        return ("tuple", value)         # a table of numbers (coefficients): constants too
     if isinstance(value, np.ndarray):
         return ("array", value)
     plain = unwrap(value)
