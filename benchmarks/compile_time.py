@@ -53,7 +53,7 @@ f = ad.function(M.gmm_objective)
 alphas, means, icf = (ad.constant(v) for v in a[:3])
 args = (alphas, means, icf, *a[3:])
 T = [clock()]
-import srcad.compiler                                  # numba and the compiler
+import srcad.compiler.driver                           # numba and the compiler
 T.append(clock())
 f._transform(tuple(_argument_value(v) for v in args), (True,) * 3 + (False,) * 3)
 T.append(clock())

@@ -17,6 +17,7 @@ import types
 
 import numpy as np
 
+from .compiler.backends.base import check as check_target
 from .jacobians import batch_shape
 from .source import capture_source
 from .tape import needs_gradient, record, recording_tapes
@@ -37,9 +38,13 @@ def function(pyfunc=None, *, target="cpu", boundscheck=None):
     little; ``boundscheck=False`` drops them for the last percent, and then such
     an index reads or writes memory it should not. None (the default) follows the
     environment variable ``SRCAD_BOUNDSCHECK`` (``0`` turns the checks off).
+    ``target`` names where it is compiled for (``"cpu"``: Numba on this machine); another name
+    is a ValueError listing the targets there are.
     """
-    if target != "cpu":
-        raise ValueError(f"@ad.function: target={target!r} is not available; use target='cpu'")
+    try:
+        check_target(target)
+    except ValueError as exc:
+        raise ValueError(f"@ad.function: {exc}") from None
     if boundscheck not in (None, True, False):
         raise TypeError(f"@ad.function: boundscheck must be True, False or None, got {boundscheck!r}")
     if pyfunc is None:
@@ -48,7 +53,7 @@ def function(pyfunc=None, *, target="cpu", boundscheck=None):
         return pyfunc
     if not inspect.isfunction(pyfunc):
         raise TypeError(f"@ad.function expects a Python function, got {pyfunc!r} of type {type(pyfunc).__name__}")
-    return Function(pyfunc, boundscheck)
+    return Function(pyfunc, boundscheck, target)
 
 
 class Function:
@@ -64,8 +69,9 @@ class Function:
     compile once and the others wait.
     """
 
-    def __init__(self, pyfunc, boundscheck=None):
+    def __init__(self, pyfunc, boundscheck=None, target="cpu"):
         self.python_function = pyfunc
+        self.target = target     # the name of the compilation target (`srcad.compiler.backends`)
         capture_source(pyfunc)   # what is compiled is the source as it is now, not after later edits
         self._signature = inspect.signature(pyfunc)
         self._boundscheck = boundscheck
@@ -102,12 +108,40 @@ class Function:
             return _wrap_outputs(transformed.primal(*values))
         if transformed.written_params:
             self._refuse_shared_memory(values, transformed.written_params)
-        outputs, saved = transformed.forward(*values)
-        wrapped = _wrap_outputs(outputs)
-        flat = wrapped if isinstance(wrapped, tuple) else (wrapped,)
-        segment = CompiledSegment(self, transformed, active)
-        record(segment, args, flat, {"values": values, "saved": saved})
-        return wrapped
+        return _recorded_call(self, transformed, args, values, active)
+
+    def value_and_gradient(self, values, active):
+        """(output, gradients of the `active` arguments) by the compiled forward and adjoint, without a
+        tape (``ad.value_and_grad``); the gradients are None where the output is not one float."""
+        transformed = self._transform(values, active)
+        values, (output, saved) = self._forward(transformed, values)
+        if transformed.returns_tuple or np.ndim(output) != 0 or not isinstance(output, (float, np.floating)):
+            return output, None
+        return output, transformed.adjoint(*values, saved, type(output)(1.0))
+
+    def parameters(self, transformed=None):
+        """The names of the parameters (as a transform's `written_params` name them)."""
+        return list(self._signature.parameters)
+
+    def values_of(self, args):
+        """What the compiled code receives for the (bound) arguments `args`."""
+        return tuple(_argument_value(a) for a in args)
+
+    def _forward(self, transformed, values):
+        """Run the forward; returns the argument values its adjoint must get, and the forward's result.
+
+        An adjoint that restores shared buffers in place (arrays rotated by rebinding, a work array a
+        helper fills and returns) would restore the caller's arrays to what they held before the call:
+        such a forward runs on copies, which the caller's written arrays then take the contents of, as
+        after the Python call, and its adjoint gets the copies."""
+        if not transformed.restores_in_place:
+            return values, transformed.forward(*values)
+        private = tuple(np.copy(v) if isinstance(v, np.ndarray) else v for v in values)
+        result = transformed.forward(*private)
+        params = list(self._signature.parameters)
+        for p in transformed.written_params:
+            np.copyto(values[params.index(p)], private[params.index(p)])
+        return private, result
 
     def _bind(self, args, kwargs):
         if not kwargs and len(args) == len(self._signature.parameters):
@@ -146,9 +180,9 @@ class Function:
             if boundscheck is None:
                 boundscheck = os.environ.get("SRCAD_BOUNDSCHECK", "1") not in ("", "0")
             self._frozen = (_frozen_function(self.python_function, {}), boundscheck)
-        types_ = tuple(numba.typeof(v) for v in values)
+        types_ = tuple(map(_numba_type, values))
         try:
-            return transform(self._frozen[0], types_, active, boundscheck=self._frozen[1])
+            return transform(self._frozen[0], types_, active, boundscheck=self._frozen[1], target=self.target)
         except TransformError as exc:
             if "Numba cannot compile" not in str(exc):
                 raise
@@ -201,8 +235,8 @@ class Function:
 
         from .compiler import pipeline
         values, active = self._last_call
-        program = pipeline.run(self._frozen[0], tuple(numba.typeof(v) for v in values), active, until=after,
-                               boundscheck=self._frozen[1])
+        program = pipeline.run(self._frozen[0], tuple(map(_numba_type, values)), active, until=after,
+                               boundscheck=self._frozen[1], target=self.target)
         fn = getattr(program, kind)
         if fn is None:
             raise ValueError(f"there is no {kind} after the pass {after!r}: it is made by the pass 'reverse'")
@@ -219,8 +253,25 @@ def show_source(f, kind="adjoint", *example_args, after=None):
     return text
 
 
+def _recorded_call(owner, transformed, args, values, active):
+    """Run the compiled forward of `owner` (a Function, or a `DerivedFunction`) and record the call as one
+    compiled segment; the arguments it writes into are kept as the call got them (for a higher order)."""
+    params = owner.parameters(transformed) if transformed.written_params else []
+    written = {params.index(p): np.copy(values[params.index(p)]) for p in transformed.written_params
+               if isinstance(values[params.index(p)], np.ndarray)}
+    values, (outputs, saved) = owner._forward(transformed, values)
+    wrapped = _wrap_outputs(outputs)
+    flat = wrapped if isinstance(wrapped, tuple) else (wrapped,)
+    segment = CompiledSegment(owner, transformed, active)
+    record(segment, args, flat, {"values": values, "saved": saved, "written": written})
+    return wrapped
+
+
 class CompiledSegment:
-    """The tape op of one call of a compiled function: its VJP runs the compiled adjoint."""
+    """The tape op of one call of a compiled function: its VJP runs the compiled adjoint, its JVP the
+    compiled tangent. Where a recording tape differentiates those again (nested tapes, an accumulator
+    around a tape), they run as compiled functions of their own (`DerivedFunction`), recorded the same
+    way: derivatives of any order."""
 
     __slots__ = ("function", "transformed", "active")
 
@@ -231,15 +282,11 @@ class CompiledSegment:
 
     @property
     def name(self):
-        return self.function.python_function.__name__
+        return self.function.__name__
 
     def vjp(self, node, out_grads, needed):
         if _needs_higher_order(node, out_grads):
-            raise NotImplementedError(
-                f"srcad: a second derivative through @ad.function '{self.name}' was requested (a recording tape "
-                f"watches its gradient computation); higher-order derivatives of compiled functions are not "
-                f"supported yet. Take the inner gradient outside the outer tape, or write the function with "
-                f"NumPy operations for nested tapes.")
+            return self._recorded_vjp(node, out_grads, needed)
         outputs = node.outputs
         given = [None if g is None else np.asarray(g._value if isinstance(g, Tensor) else g) for g in out_grads]
         lead = batch_shape(given, outputs)
@@ -250,6 +297,80 @@ class CompiledSegment:
         else:
             grads = self._adjoint_batched(node, cotangents, lead)
         return [Tensor._wrap(g) if g is not None and need else None for g, need in zip(grads, needed)]
+
+    def jvp(self, node, tangents):
+        """The outputs' tangents ``J t`` (a ForwardAccumulator's), one per output, from the compiled
+        tangent; arguments without a tangent get zeros."""
+        inputs = self._inputs_as_called(node)
+        tans = [_value(t) if t is not None else np.zeros_like(np.asarray(v), dtype=np.float64) if np.ndim(v) else 0.0
+                for t, v, a in zip(tangents, inputs, self.active) if a]
+        tapes = recording_tapes()
+        if tapes and any(needs_gradient(x, tapes) for x in (*node.inputs, *tangents) if x is not None):
+            self._refuse_optional_outputs("tangents")
+            derived = self._derived("tangent", _derived_ops().tangent_transform)
+            given = [t if t is not None else z for t, z in zip([t for t, a in zip(tangents, self.active) if a], tans)]
+            result = derived(*self._recorded_inputs(node, inputs), *given)
+            return list(result[self.transformed.n_outputs:])
+        _, out_tangents = _derived_ops().tangent_of(self.transformed)(*_copies_of_written(inputs, node), *tans)
+        return [None if y is None else Tensor._wrap(np.asarray(t, dtype=y.dtype))
+                for y, t in zip(node.outputs, out_tangents)]
+
+    def _recorded_vjp(self, node, out_grads, needed):
+        """The VJP as a call of the gradient function (compiled again from the forward and adjoint IR),
+        recorded on the tapes that differentiate it; a batch of cotangents goes through row by row."""
+        from .ops import stack
+
+        self._refuse_optional_outputs("gradients")
+        outputs = node.outputs
+        cotangents = [g if g is not None else Tensor._wrap(np.zeros(out.shape, out.dtype))
+                      for g, out in zip(out_grads, outputs)]
+        lead = batch_shape([np.asarray(_value(c)) for c in cotangents], outputs)
+        derived = self._derived("gradient", _derived_ops().gradient_of)
+        inputs = self._recorded_inputs(node, self._inputs_as_called(node))
+        if not lead:
+            rows = [_as_tuple(derived(*inputs, *cotangents))]
+        else:
+            rows = [_as_tuple(derived(*inputs, *[c[index] for c in cotangents])) for index in np.ndindex(*lead)]
+        grads, k = [], 0
+        for a, need in zip(self.active, needed):
+            if not a:
+                grads.append(None)
+                continue
+            if need:
+                g = rows[0][k] if not lead else stack([r[k] for r in rows]).reshape(lead + rows[0][k].shape)
+                grads.append(g)
+            else:
+                grads.append(None)
+            k += 1
+        return grads
+
+    def _derived(self, kind, make):
+        """The `DerivedFunction` of `kind` for this segment's transform (one per transform)."""
+        key = ("called", kind)
+        made = self.transformed.derived.get(key)
+        if made is None:
+            made = self.transformed.derived[key] = DerivedFunction(
+                f"{self.name}_{kind}", lambda types, active: make(self.transformed, types, active))
+        return made
+
+    def _inputs_as_called(self, node):
+        """The argument values as the call got them (a written argument as it was before the call)."""
+        values = list(node.attrs["values"])
+        for i, before in node.attrs.get("written", {}).items():
+            values[i] = before
+        return values
+
+    def _recorded_inputs(self, node, inputs):
+        """The recorded inputs (Tensors the tapes track), with the values as called where it was written."""
+        written = node.attrs.get("written", {})
+        return [inputs[i] if i in written else x for i, x in enumerate(node.inputs)]
+
+    def _refuse_optional_outputs(self, what):
+        if self.transformed._optional:
+            raise NotImplementedError(
+                f"srcad: {what} of @ad.function '{self.name}' differentiated again, but it may return None; "
+                f"higher orders of a function with an output that may be None are not supported. Return a "
+                f"value on every path (docs/subset.md).")
 
     def _zero_cotangent(self, k, out, lead):
         """The cotangent of output `k` that none was given for: zeros (an empty array where it is None)."""
@@ -271,6 +392,62 @@ class CompiledSegment:
                 for i in range(len(self.active))]
 
 
+class DerivedFunction:
+    """Compiled code derived from a compiled function (its gradient function, its tangent), called as an
+    `@ad.function` is: plainly where no tape would differentiate it, else by its compiled forward,
+    recorded as a compiled segment, whose own VJP and JVP derive again."""
+
+    def __init__(self, name, make):
+        self.__name__ = name
+        self._make = make                  # (argument types, active mask) -> a Transformed
+        self._transforms = {}
+        self._lock = threading.RLock()
+
+    def parameters(self, transformed):
+        """The names of the parameters of `transformed`, as its `written_params` name them."""
+        primal = transformed.ir.primal
+        return [primal.names.user(p) for p in primal.params]
+
+    def __call__(self, *args):
+        values = tuple(_argument_value(a) for a in args)
+        tapes = recording_tapes()
+        active = tuple(needs_gradient(a, tapes) and a.dtype.kind == "f" for a in args) if tapes \
+            else (False,) * len(args)
+        key = (tuple(map(_type_key, values)), active)
+        with self._lock:
+            transformed = self._transforms.get(key)
+            if transformed is None:
+                transformed = self._transforms[key] = self._make(tuple(map(_numba_type, values)), active)
+        if not any(active):
+            return _wrap_outputs(transformed.primal(*values))
+        return _recorded_call(self, transformed, args, values, active)
+
+    def _forward(self, transformed, values):
+        if not transformed.restores_in_place:
+            return values, transformed.forward(*values)
+        private = tuple(np.copy(v) if isinstance(v, np.ndarray) else v for v in values)
+        return private, transformed.forward(*private)
+
+
+def _derived_ops():
+    from .compiler import derived     # the compiler (and Numba) load on the first compiled call
+    return derived
+
+
+def _value(x):
+    return x._value if isinstance(x, Tensor) else x
+
+
+def _as_tuple(result):
+    return result if isinstance(result, tuple) else (result,)
+
+
+def _copies_of_written(inputs, node):
+    """The inputs, arrays the call wrote into copied (the tangent runs the function again)."""
+    written = node.attrs.get("written", {})
+    return [np.copy(v) if i in written else v for i, v in enumerate(inputs)]
+
+
 def _needs_higher_order(node, out_grads):
     """Would a recording tape differentiate this VJP (an input or a cotangent it tracks)?"""
     tapes = recording_tapes()
@@ -287,7 +464,31 @@ def _argument_value(a):
         return float(a)
     if isinstance(a, (np.integer, np.bool_)):
         return a.item()
+    if callable(a) and not isinstance(a, np.ufunc):
+        return _as_dispatcher(a)
     return a
+
+
+def _as_dispatcher(f):
+    """A function argument as Numba takes one, a dispatcher (its identity a part of the compiled
+    signature, so each function passed compiles once); the compiler inlines the Python function
+    behind it. Other callables are left for `_unsupported` to name."""
+    from .compiler.front.parse import unwrap
+    plain = unwrap(f)
+    if not inspect.isfunction(plain):
+        return f
+    known = _DISPATCHERS.get(plain)
+    if known is None:               # one per Python function, however it is passed (plain, njit, ad.function)
+        known = _DISPATCHERS[plain] = f if hasattr(f, "py_func") else _numba_jit(plain)
+    return known
+
+
+def _numba_jit(plain):
+    import numba
+    return numba.njit(plain)
+
+
+_DISPATCHERS = {}
 
 
 def _type_key(v):
@@ -298,25 +499,38 @@ def _type_key(v):
         return (v.dtype, v.ndim, flags.c_contiguous, flags.f_contiguous, flags.writeable, flags.aligned)
     if type(v) in _SCALAR_TYPES:
         return type(v)
+    if isinstance(v, str):
+        return ("str", v)       # an option (`method="linear"`): its value decides the compiled code
     import numba
     return numba.typeof(v)  # anything else (tuples...): Numba's own type is the key
+
+
+def _numba_type(v):
+    """Numba's type of an argument; a string is a literal, a constant of the compile as in Numba."""
+    import numba
+    return numba.types.literal(v) if isinstance(v, str) else numba.typeof(v)
 
 
 _SCALAR_TYPES = frozenset((float, int, bool, complex, np.float32, np.float64, np.int32, np.int64, np.bool_))
 
 
-def _unsupported(v):
-    """Why an argument value cannot go to compiled code, or None."""
+def _unsupported(v, option=True):
+    """Why an argument value cannot go to compiled code, or None. A string is an option (a constant of the
+    compile), not an element of a tuple."""
     if isinstance(v, tuple):
-        return next((f"a tuple holding {p}" for p in map(_unsupported, v) if p), None)
+        return next((f"a tuple holding {p}" for p in (_unsupported(x, option=False) for x in v) if p), None)
     if isinstance(v, (np.ndarray, np.generic)):
         kind = v.dtype.kind
         if kind == "c":
             return f"a complex array ({v.dtype}); complex numbers are not supported"
+        if v.dtype.names and all(v.dtype[f].kind in "fiub" and not v.dtype[f].shape for f in v.dtype.names):
+            return None             # a record (structured array) of numbers: fields read by name
         return None if kind in "fiub" else f"a NumPy value of dtype {v.dtype}"
     if isinstance(v, complex):
         return "a complex number; complex numbers are not supported"
-    if v is None or isinstance(v, (bool, int, float)):     # None: an optional argument not given
+    if v is None or isinstance(v, (bool, int, float)) or (option and isinstance(v, str)):   # None: not given
+        return None
+    if hasattr(v, "py_func") and inspect.isfunction(v.py_func):   # a function, as a Numba dispatcher
         return None
     return f"{type(v).__name__} {_short_repr(v)}"
 
@@ -342,6 +556,8 @@ def _frozen_function(fn, memo):
         module = getattr(plain, "__module__", None) or ""
         if inspect.isfunction(plain) and not module.startswith(("numpy", "numba", "srcad.")):
             return _frozen_function(plain, memo)
+        if isinstance(value, np.ndarray):
+            return value.copy()       # a module-level array: its content at the first compile, for every compile
         return value
 
     g = fn.__globals__
@@ -352,7 +568,7 @@ def _frozen_function(fn, memo):
     capture_source(fn)
     copy.__dict__.update(fn.__dict__)
     memo[id(fn)] = copy
-    for name in fn.__code__.co_names:
+    for name in _global_names(fn.__code__):
         if name in g:
             scope[name] = frozen(g[name])
     for new, old in zip(cells or (), fn.__closure__ or ()):
@@ -361,6 +577,15 @@ def _frozen_function(fn, memo):
         except ValueError:         # a cell not filled yet
             pass
     return copy
+
+
+def _global_names(code):
+    """The global names `code` reads, those of the functions defined inside it included."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
 
 
 def _is_float(v):

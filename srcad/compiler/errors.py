@@ -1,6 +1,7 @@
 """TransformError and its formatter: every refusal names the function, the file, the line, the
 construct and a fix, and points to the documentation of the supported subset."""
 import re
+import sys
 from pathlib import Path
 
 SUBSET_DOC = "docs/subset.md"
@@ -48,3 +49,19 @@ def from_numba(exc, path, origins, func_name):
     if origin is None:
         return TransformError(f"{func_name}: Numba cannot compile it: {reason}")
     return TransformError(f"{where(origin)}: Numba cannot compile `{origin.text}`: {reason}")
+
+
+def user_exception(raised):
+    """The exception a `raise` or `assert` in compiled code stands for (`runtime.Raised`: the class's
+    import path, its arguments, where): the user's class with the user's arguments, as Python raises
+    it, with a note naming the function and line."""
+    path, args, at = raised.args
+    module, _, qualname = path.partition(":")
+    cls = sys.modules.get(module)
+    for part in qualname.split("."):
+        cls = getattr(cls, part, None)
+    if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+        cls, args = RuntimeError, (f"{qualname}{args!r}",)
+    exc = cls(*args)
+    exc.add_note(f"raised in compiled code at {at}")
+    return exc

@@ -5,14 +5,19 @@ Numba compiles and caches them once. They are only ever called from compiled
 code, so they are compiled without the CPython and cfunc wrappers (`_helper`):
 each would be one more LLVM module to build per signature on a cold compile.
 """
+import hashlib
+
 import numba
 import numpy as np
+from numba.core import types as nt
 from numba.extending import overload
+from numba.np.ufunc.parallel import _iget_num_threads
 
 # What generated code imports from here, by these names (user names that collide are renamed).
-EXPORTS = ("add_at", "check_index", "check_loop_index", "diag_like", "grow", "last_written", "log_or_zero",
-           "power_slope", "prod_slopes", "reciprocal_or_zero", "stop_gradient", "sum_into", "tile", "tile_like",
-           "trip_count", "unsort", "untile")
+EXPORTS = ("add_at", "check_index", "check_loop_index", "cotangent_times", "diag_like", "fail", "finite_or_zero",
+           "frozen_array", "grow", "last_written", "log_or_zero", "median_slopes", "power_slope", "prod_slopes",
+           "reciprocal_or_zero", "stop_gradient", "sum_into", "thread_count", "tile", "tile_like", "trip_count",
+           "undiff", "unsort", "untile")
 
 _helper = numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 
@@ -145,6 +150,70 @@ def prod_slopes(x):
 
 
 @_helper
+def median_slopes(x, skip_nan):
+    """d median(x) / dx: 1 at the middle of the sorted values, or 1/2 at each of the two middle ones (NaNs left
+    out with `skip_nan`, as np.nanmedian leaves them; np.argsort puts them last)."""
+    flat = x.ravel()
+    out = np.zeros(flat.size, x.dtype)
+    order = np.argsort(flat)
+    n = flat.size
+    if skip_nan:
+        n = 0
+        for v in flat:
+            n += not np.isnan(v)
+    if n % 2 == 1:
+        out[order[n // 2]] = 1.0
+    elif n > 0:
+        out[order[n // 2 - 1]] += 0.5
+        out[order[n // 2]] += 0.5
+    return out.reshape(x.shape)
+
+
+@_helper
+def undiff(g):
+    """The transpose of np.diff of a vector: out[j] = g[j - 1] - g[j], a term left out past either end."""
+    n = g.shape[0]
+    out = np.zeros(n + 1, g.dtype)
+    for i in range(n):
+        out[i] -= g[i]
+        out[i + 1] += g[i]
+    return out
+
+
+# ---- module-level arrays, frozen into compiled code ----------------------------------------------------
+
+_FROZEN = {}
+
+
+def freeze(array):
+    """The key of a read-only copy of `array` (a module-level array compiled code reads), named by its dtype,
+    shape and content: generated code reads it back with `frozen_array(key)`, a constant of the compiled
+    code as in Numba, and two contents never share a key (nor a compile: the key is in the printed code)."""
+    data = np.ascontiguousarray(array)
+    key = hashlib.sha256(f"{data.dtype.str}{data.shape}".encode() + data.tobytes()).hexdigest()[:32]
+    if key not in _FROZEN:
+        copy = data.copy()
+        copy.flags.writeable = False
+        _FROZEN[key] = copy
+    return key
+
+
+def frozen_array(key):
+    return _FROZEN[key]
+
+
+@overload(frozen_array, prefer_literal=True, jit_options={"no_cpython_wrapper": True, "no_cfunc_wrapper": True})
+def _frozen_array_overload(key):
+    if not isinstance(key, nt.StringLiteral):
+        return None
+    value = _FROZEN[key.literal_value]
+
+    def impl(key):
+        return value
+    return impl
+
+
+@_helper
 def unsort(g, x):
     """The transpose of np.sort(x) (1-d): each entry of `g` back where its sorted entry came from."""
     out = np.empty_like(g)
@@ -216,6 +285,14 @@ def _untile_overload(g, x):
 
 
 @_helper
+def thread_count():
+    """How many threads a parallel loop starting now uses (`numba.get_thread_id()` is below it). Numba's
+    `get_num_threads` reads a ctypes pointer, which keeps code calling it out of Numba's disk cache; this
+    calls the threading layer by its linked symbol."""
+    return _iget_num_threads()
+
+
+@_helper
 def trip_count(start, stop, step):
     """len(range(start, stop, step)) without building the range."""
     if step > 0:
@@ -261,6 +338,48 @@ def _power_slope_overload(a, b):
     return scalar_exponent
 
 
+def cotangent_times(g, p):
+    """g * p, and 0 where the cotangent g is exactly 0 even if the partial p is inf or nan: a value that
+    does not change the result (exp(-inf) = 0 in a soft minimum) sends no 0 * inf back."""
+    g = np.asarray(g)
+    return np.where(g == 0, g * 0.0, g * np.where(g == 0, 1.0, p))[()]
+
+
+@_overload(cotangent_times)
+def _cotangent_times_overload(g, p):
+    if isinstance(g, numba.types.Array):
+        def array(g, p):
+            return np.where(g == 0, g, g * p)
+        return array
+    if isinstance(p, numba.types.Array):
+        def scalar_by_array(g, p):
+            return g * p if g != 0 else g * np.zeros_like(p)
+        return scalar_by_array
+
+    def scalar(g, p):
+        return g * p if g != 0 else g * 0.0
+    return scalar
+
+
+def finite_or_zero(p):
+    """p where it is finite, else 0: the slope of `cotangent_times` in its cotangent, so that a second
+    derivative sends no inf back through a cotangent that is exactly zero either."""
+    p = np.asarray(p)
+    return np.where(np.isfinite(p), p, 0.0)[()]
+
+
+@_overload(finite_or_zero)
+def _finite_or_zero_overload(p):
+    if isinstance(p, numba.types.Array):
+        def array(p):
+            return np.where(np.isfinite(p), p, 0.0)
+        return array
+
+    def scalar(p):
+        return p if p - p == 0.0 else 0.0
+    return scalar
+
+
 @_helper
 def stop_gradient(x):
     """The value itself: `ad.stop_gradient` only matters to the derivative (its rule is zero)."""
@@ -283,6 +402,18 @@ def _reciprocal_or_zero_overload(x):
     def scalar(x):
         return 1.0 / x if x > 0 else 0.0 * x
     return scalar
+
+
+class Raised(Exception):
+    """A `raise` or failed `assert` of user code in compiled code: (exception class path, its arguments,
+    where); `errors.user_exception` makes the user's exception of it."""
+
+
+@numba.njit(cache=True, no_cfunc_wrapper=True, inline="never")
+def fail(exception, args, at):
+    """Raise the user's exception (by its class's import path) from compiled code: Numba raises only
+    classes it can name, so it travels as `Raised` and `Checked` raises the user's own."""
+    raise Raised(exception, args, at)
 
 
 @numba.njit(cache=True, no_cfunc_wrapper=True, inline="never")

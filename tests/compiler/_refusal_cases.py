@@ -1,15 +1,17 @@
 """Functions the compiler must refuse (used by test_refusals.py)."""
+import contextlib
 import math
 
 import numpy as np
 
 COUNTER = 0
-TABLE = np.ones(3)
+TABLE = np.array([1.0, "one"], dtype=object)
 
 
 class Box:
     def __init__(self):
         self.v = 1.0
+        self.items = [1.0]
 
 
 BOX = Box()
@@ -39,7 +41,7 @@ def uses_generator(x):
 
 
 def uses_listcomp(x):
-    a = [x * i for i in range(3)]
+    a = [x * i for i in range(int(x))]
     return a[0]
 
 
@@ -60,7 +62,7 @@ def uses_class(x):
 
 
 def uses_attribute(x):
-    return x * BOX.v
+    return x * BOX.items[0]
 
 
 def writes_global(x):
@@ -92,15 +94,51 @@ def mutual(x):
 
 
 def uses_string(x):
-    s = "hello"
+    s = b"hello"
     return x
 
 
-def for_over_array(x):
+def for_over_reversed(x):
     s = 0.0
-    for v in x:
+    for v in reversed(x):
         s = s + v
     return s
+
+
+def for_over_tuple_of_values(x):
+    s = 0.0
+    for v in (x, 2.0 * x):
+        s = s + v
+    return s
+
+
+def bare_raise(x):
+    if x < 0.0:
+        raise
+    return x
+
+
+def raise_formatted(x):
+    if x < 0.0:
+        raise ValueError(f"x is {x}")
+    return x
+
+
+def raise_not_a_class(x):
+    if x < 0.0:
+        raise x
+    return x
+
+
+def in_array(x):
+    if 1.0 in x:
+        return 0.0
+    return np.sum(x)
+
+
+def empty_list(x):
+    acc = []
+    return np.sum(x)
 
 
 def writes_input(x):
@@ -170,3 +208,76 @@ def none_then_read(x, flag):
         extra = x * 2.0
     total = np.sum(extra * x)
     return total, extra
+
+
+def _scaled(v, factor, offset_=0.0):
+    return v * factor + offset_
+
+
+def helper_unknown_keyword(x):
+    return _scaled(x, 2.0, offset=1.0)
+
+
+def helper_missing_argument(x):
+    return _scaled(x)
+
+
+@contextlib.contextmanager
+def _managed():
+    yield
+
+
+def calls_context_manager(x):
+    guard = _managed()
+    return x * 2.0
+
+
+def function_as_value(x):
+    g = _scaled
+    return g(x, 2.0)
+
+
+def nested_function_as_value(x):
+    def inner(v):
+        return v * 2.0
+    h = inner
+    return h(x)
+
+
+def _logged(f):
+    return f
+
+
+def decorated_nested_function(x):
+    @_logged
+    def inner(v):
+        return v * 2.0
+    return inner(x)
+
+
+def _swap_function(f, v):
+    f = _scaled
+    return f(v, 1.0)
+
+
+def rebinds_function_parameter(x):
+    return _swap_function(_scaled, x)
+
+
+def appends_to_list(x):
+    acc = [x]
+    acc.append(2.0 * x)
+    return np.sum(np.array(acc))
+
+
+def _reversed_sum_positive(x):
+    s = 0.0
+    for v in reversed(x):
+        s += v
+    return s > 0.0
+
+
+def failing_helper_in_a_test(x):
+    if _reversed_sum_positive(x):
+        return np.sum(x)
+    return 0.0

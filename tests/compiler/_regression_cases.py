@@ -661,3 +661,161 @@ def tables_of_module_constants(y, h):
         out[i] = s * s
     b0, b1, b2, b3 = RK4_WEIGHTS
     return np.sum(out) * (b0 + b3) * h + RK4_WEIGHTS[1] * y[0] * h * h
+
+
+# ---- issue 17: wrong results (argument swaps, workspaces, np.array of a scalar, expand_dims, 0 * inf) ----
+
+def levinson(r, a, tmp):
+    """LPC coefficients by the Levinson-Durbin recursion; the caller's coefficient buffers `a` and `tmp`
+    are swapped at every order (`a, tmp = tmp, a`), as a speech-analysis routine writes it."""
+    p = a.shape[0] - 1
+    a[0] = 1.0
+    for i in range(1, p + 1):
+        a[i] = 0.0
+    err = r[0]
+    for i in range(1, p + 1):
+        acc = r[i]
+        for j in range(1, i):
+            acc += a[j] * r[i - j]
+        k = -acc / err
+        tmp[0] = 1.0
+        for j in range(1, i):
+            tmp[j] = a[j] + k * a[i - j]
+        tmp[i] = k
+        for j in range(i + 1, p + 1):
+            tmp[j] = 0.0
+        a, tmp = tmp, a
+        err *= 1.0 - k * k
+    return err + a[p] * a[1]
+
+
+def levinson_own_buffers(r, p):
+    """The same recursion on buffers of its own, swapped each order."""
+    a = np.zeros(p + 1)
+    tmp = np.zeros(p + 1)
+    a[0] = 1.0
+    err = r[0]
+    for i in range(1, p + 1):
+        acc = r[i]
+        for j in range(1, i):
+            acc += a[j] * r[i - j]
+        k = -acc / err
+        tmp[0] = 1.0
+        for j in range(1, i):
+            tmp[j] = a[j] + k * a[i - j]
+        tmp[i] = k
+        for j in range(i + 1, p + 1):
+            tmp[j] = 0.0
+        a, tmp = tmp, a
+        err *= 1.0 - k * k
+    return err + a[p] * a[1] + tmp[1]
+
+
+def three_buffers_rotated(x, n):
+    """Three arrays rotated by one tuple assignment each step (a three-level time stepper)."""
+    u = x.copy()
+    v = x * 2.0
+    w = np.zeros(x.shape[0])
+    s = 0.0
+    for k in range(n):
+        for i in range(x.shape[0]):
+            w[i] = u[i] * v[i] + 0.1 * w[i]
+        u, v, w = v, w, u
+        s += u[0] * w[1]
+    return s + np.sum(u * v)
+
+
+def scalars_swapped(x, y, n):
+    """Scalar arguments swapped and rotated: `x, y = y, x * y`, three names at once."""
+    z = 0.5
+    for k in range(n):
+        x, y = y, x * y
+        z, x, y = y, z, x + 0.5
+    return x * y + z
+
+
+def _swap_in_helper(p, q):
+    p, q = q, p
+    return p - 2.0 * q
+
+
+def swap_in_a_helper(x):
+    """A helper swapping its own parameters (renamed when inlined)."""
+    return _swap_in_helper(x[0], x[1]) * x[2]
+
+
+def _fill_work(x, ca, k):
+    for i in range(ca.shape[0]):
+        ca[i] = x[i] * k + 0.5 * ca[i]
+    return ca
+
+
+def workspace_filled_by_a_helper(x, ca, n):
+    """A work array the caller passes, filled by a helper that writes into it and returns it
+    (`ca = fill(x, ca)` in a loop): after the call and after the gradient it holds what Python leaves."""
+    s = 0.0
+    for k in range(n):
+        ca = _fill_work(x, ca, k + 1.0)
+        s += np.sum(ca * ca)
+    return s
+
+
+def euler_to_quaternion(angles):
+    """A crystallography library's Euler angles (Bunge) to a quaternion, elements set with np.array."""
+    c1 = np.cos(0.5 * angles[0])
+    s1 = np.sin(0.5 * angles[0])
+    c2 = np.cos(0.5 * angles[1])
+    s2 = np.sin(0.5 * angles[1])
+    c3 = np.cos(0.5 * angles[2])
+    s3 = np.sin(0.5 * angles[2])
+    q = np.zeros(4)
+    q[0] = np.array(c1 * c2 * c3 - s1 * c2 * s3)
+    q[1] = np.array(c1 * s2 * c3 + s1 * s2 * s3, dtype=np.float64)
+    q[2] = np.array(s1 * s2 * c3 - c1 * s2 * s3)
+    q[3] = np.array(c1 * c2 * s3 + s1 * c2 * c3, dtype=np.float64)
+    return q * np.array([1.0, 2.0, 3.0, 4.0])
+
+
+def arrays_of_scalars(x):
+    """np.array(e) of a scalar is a 0-d array, then used in arithmetic and returned into a scalar."""
+    e = np.array(x[0] * x[1])
+    f = np.array(x[2] * 2.0, dtype=np.float64)
+    return e * f + np.sin(e) + x[0] * np.array(x[1] * x[1])
+
+
+def expanded_dims(v, A):
+    """np.expand_dims with the axis by keyword, by position and negative."""
+    a = np.expand_dims(v, axis=0)
+    b = np.expand_dims(v, 1)
+    c = np.expand_dims(v, axis=-1)
+    d = np.expand_dims(A, axis=1)
+    return np.sum(a * b) + np.sum(c * c * c) + np.sum(d * d)
+
+
+def _soft_minimum(a, b, c, gamma):
+    a = a / -gamma
+    b = b / -gamma
+    c = c / -gamma
+    m = max(a, b, c)
+    return -gamma * (np.log(np.exp(a - m) + np.exp(b - m) + np.exp(c - m)) + m)
+
+
+def soft_dtw(D, gamma):
+    """Soft-DTW over a cost matrix, the accumulated matrix bordered with inf: exp(-inf / gamma) = 0
+    terms send no 0 * inf back (d/dgamma is finite)."""
+    n, m = D.shape
+    R = np.full((n + 1, m + 1), np.inf)
+    R[0, 0] = 0.0
+    for i in range(1, n + 1):
+        for j in range(1, m + 1):
+            R[i, j] = D[i - 1, j - 1] + _soft_minimum(R[i - 1, j - 1], R[i - 1, j], R[i, j - 1], gamma)
+    return R[n, m]
+
+
+def soft_minimum_of_a_vector(v, gamma):
+    """-gamma log(sum(exp(v / -gamma))) with no shift, on a vector holding inf, elementwise and in a loop."""
+    s = 0.0
+    for i in range(v.shape[0]):
+        s += np.exp(v[i] / -gamma)
+    t = np.sum(np.exp(v / -gamma))
+    return -gamma * np.log(s) - 0.5 * gamma * np.log(t)

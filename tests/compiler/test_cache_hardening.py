@@ -7,6 +7,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import types
 import threading
 import warnings
 from pathlib import Path
@@ -77,8 +78,8 @@ def script(threads=False, copies=1):
     return SCRIPT.format(here=str(Path(__file__).parent), threads=threads, copies=copies)
 
 
-def run_script(cache):
-    env = dict(os.environ, SRCAD_CACHE_DIR=str(cache))
+def run_script(cache, **env_vars):
+    env = dict(os.environ, SRCAD_CACHE_DIR=str(cache), **env_vars)
     env.pop("SRCAD_BOUNDSCHECK", None)
     return subprocess.run([sys.executable, "-c", script()],
                           env=env, capture_output=True, text=True, timeout=120)
@@ -213,6 +214,27 @@ def test_truncated_cache_files_are_discarded_and_recompiled_once(tmp_path, monke
     assert "Warning" not in again.stderr, again.stderr
 
 
+def test_every_truncated_cache_file_numba_and_srcad_runtime_helpers_included_is_dropped_and_rebuilt(tmp_path):
+    """A full disk or a killed process leaves every kind of cache file truncated: srcad's modules and
+    their descriptions, and Numba's index and data files of generated code and of srcad's runtime helpers
+    (`srcad.compiler.runtime`, njit(cache=True)), which Numba unpickles. The next process drops each entry
+    it cannot load and compiles it again; the one after loads what it wrote, without a warning."""
+    cache, numba_cache = tmp_path / "srcad", tmp_path / "numba"
+    check_output(run_script(cache, NUMBA_CACHE_DIR=str(numba_cache)).stdout)
+    files = [p for d in (cache, numba_cache) for p in d.rglob("*")
+             if p.suffix in (".py", ".json", ".nbi", ".nbc") and p.is_file()]
+    assert any(p.name.startswith("runtime.") and p.suffix == ".nbi" for p in files), files
+    for path in files:
+        data = path.read_bytes()
+        path.write_bytes(data[:len(data) // 2])
+    first = run_script(cache, NUMBA_CACHE_DIR=str(numba_cache))
+    check_output(first.stdout)
+    assert "UnpicklingError" in first.stderr and "discarded Numba's cache of runtime." in first.stderr, first.stderr
+    again = run_script(cache, NUMBA_CACHE_DIR=str(numba_cache))
+    check_output(again.stdout)
+    assert "Warning" not in again.stderr, again.stderr
+
+
 def test_threads_making_the_first_call_together_both_succeed(tmp_path, monkeypatch):
     monkeypatch.setenv("SRCAD_CACHE_DIR", str(tmp_path))
     f = ad.function(squares_for_threads)
@@ -294,3 +316,20 @@ def test_source_edited_after_definition_is_refused_not_compiled(tmp_path, monkey
                                                r"\(line 1 now holds `def other\(a, b, c\)`\).*importlib.reload"):
         ad.function(module.total)
     sys.modules.pop("edited_module", None)
+
+
+def test_a_function_argument_is_keyed_by_its_name_not_its_address():
+    """Numba's type of a function argument holds the dispatcher's address, new in every process: the cache
+    key names the function instead (its body is inlined in the printed primal), so a later process finds
+    the entry; another function gets another key."""
+    import numba
+    from srcad.compiler.backends.cache import cache_key
+
+    # the same function as another process has it: the same code and name at another address
+    again = types.FunctionType(cubes.__code__, cubes.__globals__, "cubes")
+    again.__qualname__ = cubes.__qualname__
+    first, second, other = numba.njit(cubes), numba.njit(again), numba.njit(scaled_square)
+    assert str(numba.typeof(first)) != str(numba.typeof(second))          # Numba's names hold addresses
+    key = cache_key("def f(g, x): ...", (numba.typeof(first), numba.float64), (False, True))
+    assert key == cache_key("def f(g, x): ...", (numba.typeof(second), numba.float64), (False, True))
+    assert key != cache_key("def f(g, x): ...", (numba.typeof(other), numba.float64), (False, True))

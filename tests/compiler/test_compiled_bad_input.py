@@ -124,7 +124,7 @@ def test_disjoint_halves_of_one_buffer_are_not_aliases():
 
 @pytest.mark.parametrize("bad, expected", [
     ({"a": 1.0}, r"is dict \{'a': 1.0\}"),
-    ("1.0", r"is str '1.0'"),
+    (b"1.0", r"is bytes b'1.0'"),
     (len, r"is builtin_function_or_method"),
     (np.ones(3, dtype=complex), r"is a complex array \(complex128\); complex numbers are not supported"),
     (1j, r"is a complex number; complex numbers are not supported"),

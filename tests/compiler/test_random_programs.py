@@ -13,9 +13,12 @@ and destination overlap, branches on module-level constants, and arrays made
 afresh in each iteration of a loop then updated region by region (the loop
 is run again in the reverse sweep), nested triangular loops whose inner and outer
 writes save onto one stack, rows and columns written through views, reads and
-writes through arrays of repeated indices and masks, and buffers rotated by
-rebinding.  Every value stays in a safe domain (no log/sqrt of negatives:
-``exp(sin(.))``, ``tanh``, ``log(e*e + 1)``, ``sqrt(e*e + 1)``, ``e / (e*e + 1)``).
+writes through arrays of repeated indices and masks, buffers rotated by
+rebinding, arguments swapped (the caller's work arrays ``wa``, ``wb`` written then
+swapped, the arrays ``x``, ``y`` and the scalars ``a``, ``b`` swapped) and work arrays
+filled by a helper that writes into them and returns them (``wa = fill(x, wa, k)``).
+Every value stays in a safe domain (no log/sqrt of negatives: ``exp(sin(.))``,
+``tanh``, ``log(e*e + 1)``, ``sqrt(e*e + 1)``, ``e / (e*e + 1)``).
 
 Cost: one compile is the expensive part, so each generated *program* is a
 module whose entry function holds ``FRAGMENTS`` independent fragments (each a
@@ -27,7 +30,8 @@ that test processes share them out.  The source is written to a file in a tempor
 directory and imported (the compiler reads source with ``inspect``).
 
 Check: the results of the compiled forward (under the tape) equal the plain
-Python function's (the primal outside a tape is covered by the corpus), and for
+Python function's (the primal outside a tape is covered by the corpus), the work arrays
+``wa``, ``wb`` hold what Python leaves in them after the call and after every gradient, and for
 each fragment k on its own, the tape gradient w.r.t. (x, y, a, b) of w_k r_k
 equals central finite differences of the plain function (rtol 1e-5,
 atol 1e-7 * max(1, |w_k r_k|)).
@@ -411,6 +415,37 @@ def frag_rotation(g, scalars):
     return lines, "np.sum(%s * y) + np.sum(%s)" % (p, q)
 
 
+def frag_argument_swap(g, scalars):
+    """The caller's work arrays written, then swapped (`wa, wb = wb, wa`), as a speech-analysis routine
+    swaps its coefficient buffers; or the differentiated arrays and scalars swapped and read."""
+    s = g.name("s")
+    lines = ["%s = %s" % (s, g.expr(scalars, 1)), "for t in range(%d):" % g.draw(st.integers(1, 3))]
+    if g.draw(st.booleans()):
+        lines += ["    for i in range(n):",
+                  "        wa[i] = 0.5 * wb[i] + %s" % g.expr(scalars + ["x[i]", "y[i]"], 1),
+                  "    wa, wb = wb, wa",
+                  "    %s = %s + wa[t] * %s" % (s, s, g.expr(scalars, 1))]
+        return lines, "%s + np.sum(wb * x)" % s
+    lines += ["    x, y = y, x", "    a, b = b, a * %s" % g.draw(_CONST),
+              "    %s = 0.5 * %s + np.sum(x * y[::-1]) * a" % (s, s)]
+    return lines, "%s + b" % s
+
+
+def frag_workspace_helper(g, scalars, helpers):
+    """A work array the caller passes, filled by a helper that writes into it and returns it."""
+    s = g.name("s")
+    hname = "ws_helper%d_%s" % (len(helpers.names), g.p.strip("_"))
+    helpers.defs.append("\n".join(["def %s(v, ca, k):" % hname, "    for i in range(ca.shape[0]):",
+                                     "        ca[i] = v[i] * k + 0.5 * ca[i]", "    return ca"]))
+    helpers.names.append(hname)
+    work = g.draw(st.sampled_from(["wa", "wb"]))
+    lines = ["%s = 0.0" % s, "for t in range(%d):" % g.draw(st.integers(1, 3)),
+             "    %s = %s(%s * (%s), %s, t + 1.0)" % (work, hname, g.draw(st.sampled_from(["x", "y"])),
+                                                     g.expr(scalars, 1), work),
+             "    %s += np.sum(%s * %s)" % (s, work, work)]
+    return lines, s
+
+
 class _Helpers:
     def __init__(self):
         self.defs = []
@@ -446,7 +481,8 @@ def frag_helper(g, scalars, helpers):
 
 _FRAGS = [frag_straight, frag_loop, frag_array_overwrite, frag_branch, frag_while,
           frag_break_continue, frag_numpy, "helper", frag_moving_slices, "inplace_alias", frag_overlap_copy,
-          frag_constant_branch, frag_rerun_regions, frag_triangular, frag_views, frag_index_arrays, frag_rotation]
+          frag_constant_branch, frag_rerun_regions, frag_triangular, frag_views, frag_index_arrays, frag_rotation,
+          frag_argument_swap, "workspace_helper"]
 
 
 @st.composite
@@ -464,6 +500,9 @@ def programs(draw, fragments=FRAGMENTS):
         elif frag == "inplace_alias":
             lines, res = frag_inplace_alias(g, scalars, helpers)
             kind = "inplace_alias"
+        elif frag == "workspace_helper":
+            lines, res = frag_workspace_helper(g, scalars, helpers)
+            kind = "workspace_helper"
         else:
             lines, res = frag(g, scalars)
             kind = frag.__name__[5:]
@@ -483,7 +522,7 @@ def build_source(helper_defs, frags):
     src = ["import math", "import numpy as np", "", "ORDER = 2", "DAMPED = False", ""]
     for h in helper_defs:
         src += [h, ""]
-    src += ["def prog(x, y, a, b, n):"] + _indent(body)
+    src += ["def prog(x, y, a, b, n, wa, wb):"] + _indent(body)
     src += ["    return " + ", ".join(results) + ("," if len(results) == 1 else "")]
     return "\n".join(src) + "\n"
 
@@ -504,7 +543,11 @@ def load_program(src):
 def make_inputs(seed):
     r = np.random.default_rng(seed)
     return (r.uniform(-1.0, 1.0, N), r.uniform(-1.0, 1.0, N),
-            float(r.uniform(-1.0, 1.0)), float(r.uniform(-1.0, 1.0)), N)
+            float(r.uniform(-1.0, 1.0)), float(r.uniform(-1.0, 1.0)), N,
+            r.uniform(-1.0, 1.0, N), r.uniform(-1.0, 1.0, N))
+
+
+WORK = (5, 6)      # the work arrays: not differentiated, written by the program
 
 
 ACTIVE = (0, 1, 2, 3)
@@ -544,6 +587,8 @@ def check_program(src, seed):
     ref = reference(mod.prog, args)
     assume(ref is not None)
     expected, ws, fds, scale = ref
+    in_python = fresh(args)
+    mod.prog(*in_python)
 
     f = ad.function(mod.prog)
     targs = list(fresh(args))
@@ -560,6 +605,7 @@ def check_program(src, seed):
     for k, (gv, ev) in enumerate(zip(out, expected)):
         np.testing.assert_allclose(value_of(gv), np.asarray(ev), rtol=1e-12, atol=1e-12,
                                    err_msg="result r%d: compiled forward vs Python\n%s" % (k, src))
+    _check_work_arrays(targs, in_python, "after the call", src)
     for k, w in enumerate(ws):
         grads = tape.gradient(out[k], srcs, output_gradients=ad.constant(w))
         for i, g, fd in zip(ACTIVE, grads, fds):
@@ -567,6 +613,14 @@ def check_program(src, seed):
             np.testing.assert_allclose(
                 gv, fd[..., k], rtol=RTOL, atol=ATOL * scale[k],
                 err_msg="fragment r%d: gradient w.r.t. %s (seed %d)\n%s" % (k, "xyab"[i], seed, src))
+        _check_work_arrays(targs, in_python, "after the gradient of r%d" % k, src)
+
+
+def _check_work_arrays(got, python, when, src):
+    """The caller's work arrays hold what the plain Python function leaves in them."""
+    for i in WORK:
+        np.testing.assert_allclose(got[i], python[i], rtol=1e-12, atol=1e-12,
+                                   err_msg="work array w%s %s: compiled vs Python\n%s" % ("ab"[i - 5], when, src))
 
 
 def localize(helper_defs, frags, seed):

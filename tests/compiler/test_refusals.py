@@ -30,12 +30,18 @@ REFUSALS = [
     (R.uses_dict, (F64,), "dict", "d = {"),
     (R.uses_set, (F64,), "set", "s = {"),
     (R.uses_class, (F64,), "class definition", "class Local"),
-    (R.uses_attribute, (F64,), "attribute `.v`", "BOX.v"),
+    (R.uses_attribute, (F64,), "`BOX.items` (a list used as a value)", "BOX.items"),
     (R.writes_global, (F64,), "`global` statement", "global COUNTER"),
     (R.uses_yield, (F64,), "yield", "yield x"),
-    (R.uses_string, (F64,), "string", "hello"),
-    (R.for_over_array, (ARR,), "`for` over something other than range", "for v in x"),
-    (R.global_array, (ARR,), "global array `TABLE`", "TABLE"),
+    (R.uses_string, (F64,), "the constant b'hello'", "hello"),
+    (R.for_over_reversed, (ARR,), r"`for` over reversed(...)", "for v in reversed"),
+    (R.for_over_tuple_of_values, (F64,), "`for` over a tuple of values", "for v in"),
+    (R.bare_raise, (F64,), "a bare `raise` (re-raising)", "raise\n"),
+    (R.raise_formatted, (F64,), "a formatted or non-constant string in an exception", "raise ValueError"),
+    (R.raise_not_a_class, (F64,), "raising something other than an exception class", "raise x"),
+    (R.in_array, (ARR,), "`in` / `not in` on an array", "1.0 in x"),
+    (R.empty_list, (ARR,), "an empty list (a list grown with append)", "acc = []"),
+    (R.global_array, (ARR,), "module-level array `TABLE` of dtype object", "TABLE"),
 ]
 
 

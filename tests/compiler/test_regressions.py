@@ -201,19 +201,37 @@ def test_rotated_buffers_give_the_same_gradient_every_time_and_a_jacobian():
     np.testing.assert_allclose(tape.jacobian(y, x).numpy(), fd, rtol=1e-6, atol=1e-9)
 
 
-@pytest.mark.parametrize("active", [(True, True), (False, True)], ids=["u_and_c", "c_only"])
-def test_rotating_an_argument_among_written_buffers_is_refused_with_its_name(active):
-    """`u, v = v, u` then a write into `v`: the second write goes into the caller's array."""
+def test_rotating_an_argument_that_needs_a_gradient_among_written_buffers_is_refused_with_its_name():
+    """`u, v = v, u` then a write into `v`: the second write goes into the caller's array `u`."""
     import srcad as ad
     f = ad.function(R.rotates_its_argument)
     u, c = ad.constant(vec(5)), ad.constant(0.7)
-    with pytest.raises(ad.TransformError, match=r"rotates_its_argument .*`v\[:\] = u \* c` writes into `v` while "
-                                                r"`u` .*shares its memory.*Hint: make `u` an independent array"):
+    with pytest.raises(ad.TransformError, match=r"rotates_its_argument .*`v\[:\] = u \* c` writes into its input "
+                                                r"`u` which needs a gradient; copy it first: u = u.copy\(\)"):
         with ad.GradientTape() as tape:
-            for value, on in zip((u, c), active):
-                if on:
-                    tape.watch(value)
+            tape.watch([u, c])
             f(u, c)
+
+
+def test_an_argument_rotated_among_written_buffers_is_written_as_in_python():
+    """The same rotation with `u` not differentiated (issue 17): the caller's `u` is written as Python
+    writes it, after the call and after the gradient, and d/dc matches finite differences."""
+    import srcad as ad
+    from srcad.testing import finite_differences
+    u0 = vec(5)
+    u_py = u0.copy()
+    expected = R.rotates_its_argument(u_py, 0.7)
+    f = ad.function(R.rotates_its_argument)
+    u, c = u0.copy(), ad.constant(0.7)
+    with ad.GradientTape() as tape:
+        tape.watch(c)
+        out = f(u, c)
+    np.testing.assert_allclose(u, u_py, rtol=1e-12)
+    grad = tape.gradient(out, c)
+    np.testing.assert_allclose(u, u_py, rtol=1e-12)
+    assert float(out.numpy()) == pytest.approx(expected, rel=1e-12)
+    assert float(grad.numpy()) == pytest.approx(float(finite_differences(
+        lambda a: R.rotates_its_argument(u0.copy(), a[0]), (0.7,), 0)), rel=1e-6)
 
 
 def test_indexing_with_an_array_is_checked_like_any_index():

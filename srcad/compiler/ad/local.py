@@ -19,11 +19,12 @@ from numba.core import types as nt
 
 from ..analysis.types import gather_axis, index_array, rank, type_of
 from ..errors import TransformError, problem, where
-from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Global, Name, Pop, Push, Slice, Store, Subscript,
-                  Tuple, UnaryOp)
+from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Global, If, Name, Pop, Push, Slice, Store,
+                  Subscript, Tuple, UnaryOp)
 from ..ir.forms import data_names, is_atom, is_tree, leaves
 from ..ir.visit import children, defines, names_in, own_exprs, subexpressions, walk
-from .rules import ARRAY_RULES, ELEMENTWISE, JOINS, NONDIFF, instantiate, is_elementwise, partials_of
+from .rules import (ARRAY_RULES, ELEMENTWISE, JOINS, NONDIFF, instantiate, is_elementwise, partials_of,
+                    why_not_differentiated)
 
 _SHAPE_ONLY_CALLS = frozenset({"np.zeros_like", "np.empty_like", "np.shape", "np.size", "len", "np.ndim"})
 
@@ -39,6 +40,8 @@ class LocalAdjoints:
         self.d = {}
         self.memo = {}
         self.locals = {}
+        self.guarded = False      # building the variant whose products by partials skip zero cotangents
+        self.partials = []        # the partials of scalars the statement being built multiplies by
 
     # ---- names ---------------------------------------------------------------------------------
     def adjoint_name(self, v):
@@ -76,25 +79,52 @@ class LocalAdjoints:
 
     # ---- statements ----------------------------------------------------------------------------
     def of(self, s):
-        """The adjoint statements of `s` (empty when it moves no derivative)."""
+        """The adjoint statements of `s` (empty when it moves no derivative).
+
+        A cotangent that is exactly zero contributes nothing, even times a partial that is inf or nan
+        (`exp(-inf)` is 0 in a soft minimum, and the partial after it is inf): an array is multiplied
+        by its partials through `srcad.cotangent_times`; a scalar plainly where the product of the
+        statement's partials is finite (checked off the chain of cotangents, so a long scalar adjoint
+        keeps its speed) and through `srcad.cotangent_times` otherwise."""
         if id(s) not in self.memo:
-            if isinstance(s, Assign):
-                out = self._assign(s) if s.target in self.active else []
-            elif isinstance(s, Store):
-                out = self._store(s) if s.array in self.active else []
-            elif isinstance(s, Accumulate):
-                out = self._accumulate_stmt(s)
-            elif isinstance(s, Push):
-                out = self._push(s) if s.stack in self.active else []
-            elif isinstance(s, Pop):
-                out = self._pop(s) if s.stack in self.active else self._pop_inactive(s)
-            else:
-                out = []
-            for t in out:
+            out = self._build(s)
+            if self.partials:
+                partials = self.partials
+                self.guarded = True
+                try:
+                    careful = self._build(s)
+                finally:
+                    self.guarded = False
+                out = self._when_finite(s, partials, out, careful)
+            for t in walk(out):
                 t.origin = s.origin
                 _check_scatter(self.fn, t)
             self.memo[id(s)] = out
         return self.memo[id(s)]
+
+    def _when_finite(self, s, partials, plain, careful):
+        """`plain` where the product of `partials` is finite, else `careful`."""
+        product, ok = self.local(s, "partials"), self.local(s, "finite")
+        self.fn.types[product], self.fn.types[ok] = nt.float64, nt.boolean
+        tree = partials[0]
+        for p in partials[1:]:
+            tree = BinOp("*", tree, p)
+        return [Assign(product, tree), Assign(ok, Call("math.isfinite", (Name(product),))),
+                If(Name(ok), plain, careful)]
+
+    def _build(self, s):
+        self.partials = []
+        if isinstance(s, Assign):
+            return self._assign(s) if s.target in self.active else []
+        if isinstance(s, Store):
+            return self._store(s) if s.array in self.active else []
+        if isinstance(s, Accumulate):
+            return self._accumulate_stmt(s)
+        if isinstance(s, Push):
+            return self._push(s) if s.stack in self.active else []
+        if isinstance(s, Pop):
+            return self._pop(s) if s.stack in self.active else self._pop_inactive(s)
+        return []
 
     def reads(self, s):
         """(names whose values the adjoint of `s` reads, names it reads at all: shapes included)."""
@@ -235,7 +265,8 @@ class LocalAdjoints:
                 return self.join_rule(fn, list(value.args[0].items), axis, g)
             if fn in ELEMENTWISE:
                 return self.tree(value, out_ty, g)
-            raise TransformError(f"{where(s.origin)}: no derivative rule for `{fn}` in `{s.origin.text}`. Hint: "
+            raise TransformError(f"{where(s.origin)}: no derivative rule for `{fn}`{why_not_differentiated(fn)} in "
+                                 f"`{s.origin.text}`. Hint: "
                                  f"wrap it with ad.stop_gradient(...) if it should not be differentiated, or write "
                                  f"it with supported math/NumPy functions (adding a rule: docs/rules.md)")
         if isinstance(value, (BinOp, UnaryOp, Tuple)) and not any(self.is_active(a) for a in _atoms(value)):
@@ -248,8 +279,9 @@ class LocalAdjoints:
         adjoint times the partials along the path to it."""
         all_leaves = leaves(root)
         out_rank = rank(out_ty)
-        scalar64 = out_ty == nt.float64 and all(rank(type_of(self.fn, a)) == 0 for a in all_leaves)
-        module = "math" if scalar64 else "np"
+        scalar = not isinstance(out_ty, nt.Array) and \
+            not any(isinstance(type_of(self.fn, a), nt.Array) for a in all_leaves)     # a 0-d array is not
+        module = "math" if scalar and out_ty == nt.float64 else "np"
         one_array = len({a for a in all_leaves if rank(type_of(self.fn, a)) > 0}) <= 1
         result = []
 
@@ -260,7 +292,7 @@ class LocalAdjoints:
                 mode = "exact" if rank(type_of(self.fn, node)) == out_rank and one_array else "reduce"
                 expr = g
                 for f in factors:
-                    expr = BinOp("*", expr, f)
+                    expr = self.times(expr, f, scalar)
                 result.append((node, UnaryOp("-", expr) if negative else expr, mode, out_rank))
                 return
             children, partials = partials_of(node)
@@ -276,6 +308,23 @@ class LocalAdjoints:
                     visit(child, factors + [p], negative)
         visit(root, [], False)
         return result
+
+    def times(self, cotangent, partial, scalar):
+        """`cotangent * partial`; see `of` for a cotangent that is zero (a constant partial is finite)."""
+        if not names_in(partial):
+            return BinOp("*", cotangent, partial)
+        if scalar and not self.guarded:
+            if partial not in self.partials:
+                self.partials.append(partial)
+            return BinOp("*", cotangent, partial)
+        return Call("srcad.cotangent_times", (cotangent, partial))
+
+    def zero_d(self, expr):
+        """Does `expr` read a 0-d array (`np.array(x)` of a scalar) or its adjoint? (Then it is one too,
+        and a scalar's adjoint takes its value, not the array.)"""
+        primal = {d: v for v, d in self.d.items()}
+        types = (self.fn.types.get(primal.get(n, n)) for n in names_in(expr))
+        return any(isinstance(ty, nt.Array) and ty.ndim == 0 for ty in types)
 
     def array_rule(self, s, fn, args, axis, g, out_rank, keywords=()):
         ranks = [rank(type_of(self.fn, a)) for a in args]
@@ -316,7 +365,7 @@ class LocalAdjoints:
         else:
             target = Subscript(Name(self.adjoint_name(atom.base.id)), atom.index)
         ra = rank(type_of(self.fn, atom))
-        if ra == 0 and expr_rank > 0:
+        if ra == 0 and (expr_rank > 0 or (not isinstance(type_of(self.fn, atom), nt.Array) and self.zero_d(expr))):
             return [Accumulate(target, Call("np.sum", (expr,)))]
         if ra == 0 or expr_rank == 0 or mode in ("exact", "expand"):
             return [Accumulate(target, expr)]

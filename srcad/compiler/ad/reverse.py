@@ -20,6 +20,8 @@ IR functions:
 Both are plain IR, so they can be cleaned up, printed for any target, and
 differentiated again.
 """
+from dataclasses import replace
+
 from numba.core import types as nt
 
 from ..analysis.types import placeholder, rank, type_of
@@ -28,7 +30,9 @@ from ..ir import (Accumulate, Assign, BinOp, Call, Const, Effect, For, Function,
 from ..ir.visit import all_blocks, blocks, clone, names_in, own_exprs, walk, written_array
 from ..opt.cleanup import live_in
 from .local import LocalAdjoints, value_names
-from .saving import CPU, checkpoint_candidate, loop_facts, refuse_unsized, required_before, trip_count, undo_of
+from .parallel import carries_only_sums, rerun_alone, reversed_in_parallel
+from .saving import (CPU, Unsized, checkpoint_candidate, loop_facts, refuse_unsized, required_before, reserve_room,
+                     save_sizes, undo_of)
 
 # How the forward of a statement is generated: with its saves, without them (the iterations of a
 # checkpointed loop in the forward), or as the re-run of a checkpointed iteration inside the adjoint.
@@ -141,8 +145,10 @@ class _Reverse:
 
     # ---- checkpointing --------------------------------------------------------------------------
     def _consider_checkpoint(self, loop):
-        """Checkpoint `loop` when that saves fewer values per iteration than taping it."""
-        cp = checkpoint_candidate(self.fn, loop, self.facts, self.active)
+        """Checkpoint `loop` when that saves fewer values per iteration than taping it. Not where storage
+        cannot grow: the saves of an iteration run again in the adjoint depend on values it restores
+        there (`n = pop(...)` before `for j in range(n)`), which the call cannot count beforehand."""
+        cp = checkpoint_candidate(self.fn, loop, self.facts, self.active) if self.policy.growable else None
         if cp is None:
             return
         taped = self._tape_cost(loop)
@@ -154,7 +160,9 @@ class _Reverse:
         ctx.req = self._required(ctx)
         cp.carried = sorted(v for v in self._iteration_live_in(loop) & cp.assigned if v != loop.var)
         scalars = all(isinstance(self.types.get(v), (nt.Number, nt.Boolean)) for v in cp.carried)
-        if len(cp.carried) >= taped or not scalars:
+        if loop.parallel and carries_only_sums(loop, self._adjoint_reads(loop)):
+            cp.carried = []       # iterations that run at once: checkpointed, nothing saved per iteration
+        elif len(cp.carried) >= taped or not scalars:
             del self.checkpoints[id(loop)]
             del self.stacks[ctx]
             for s in walk(loop.body):
@@ -162,6 +170,10 @@ class _Reverse:
             return
         self.value_reads |= _value_reads(loop.body) - cp.scratch    # the re-run reads them again
         self.top.req = self._required(self.top)
+
+    def _adjoint_reads(self, loop):
+        """Names the adjoints of `loop`'s statements read."""
+        return set().union(*(self.local.reads(s)[1] for s in walk(loop.body) if _has_adjoint(s)))
 
     def _tape_cost(self, loop):
         """Values saved per iteration of `loop` if it is taped (a save in an inner loop counts ten)."""
@@ -300,16 +312,13 @@ class _Reverse:
         if isinstance(s, For):
             pre = self._value_save(s, ctx, s.var)[0] if saving and self._saves(s) else []
             body = self._forward_block(s.body, ctx, mode)
-            return pre + self._reserve(s, body, ctx) + [For(s.var, s.start, s.stop, s.step, body, s.origin)]
+            return pre + [For(s.var, s.start, s.stop, s.step, body, s.origin, parallel=s.parallel)]
         if isinstance(s, While):
             counter = self.counters[id(s)]
             pre = self._value_save(s, ctx, counter)[0] if saving and self._saves(s) else []
             body = [Assign(counter, BinOp("+", Name(counter), Const(1)), s.origin)] + \
                 self._forward_block(s.body, ctx, mode)
-            for t in _shallow(body):
-                if isinstance(t, Push):
-                    self._grow_as_needed(ctx, t.stack, s)
-            return pre + [Assign(counter, Const(0), s.origin), While(s.cond, body, s.origin)]
+            return pre + [Assign(counter, Const(0), s.origin), While(s.cond, body, s.origin, s.bound)]
         raise TypeError(f"no forward for {s!r}")
 
     def _forward_checkpoint(self, loop, ctx):
@@ -320,33 +329,25 @@ class _Reverse:
         pre = [t for v in self._entry_saves(loop) for t in self._value_save(loop, ctx, v)[0]]
         starts = [t for v in cp.carried for t in self._value_save(loop, ctx, v, once=False)[0]]
         body = starts + self._forward_block(loop.body, inner, PLAIN)
-        return pre + self._reserve(loop, body, ctx) + [For(loop.var, loop.start, loop.stop, loop.step, body,
-                                                           loop.origin)]
+        return pre + [For(loop.var, loop.start, loop.stop, loop.step, body, loop.origin,
+                          parallel=loop.parallel)]
 
-    def _reserve(self, loop, body, ctx):
-        """Room, before `loop`, for the pushes its iterations make outside inner loops. A stack that
-        inner loops push onto as well cannot be sized here (they use up the room in between), so
-        each of its pushes makes room itself."""
-        pushes = [t for t in _shallow(body) if isinstance(t, Push)]
-        counts = {}
-        for t in pushes:
-            counts[t.stack] = counts.get(t.stack, 0) + 1
-        shallow = {id(t) for t in pushes}
-        for t in walk(body):
-            if isinstance(t, Push) and id(t) not in shallow and t.stack in counts:
-                self._grow_as_needed(ctx, t.stack, loop)
-                del counts[t.stack]
-        trip = trip_count(loop)
-        return [Reserve(stack, trip if k == 1 else BinOp("*", Const(k), trip), loop.origin)
-                for stack, k in counts.items()]
-
-    def _grow_as_needed(self, ctx, stack, s):
-        """Pushes onto `stack` make room themselves (in a while loop: no trip count to reserve from)."""
-        if not self.policy.growable:
-            raise refuse_unsized(self.fn, s.origin)
-        table = next((t for t in self.stacks.values() if stack in t), self.fn.stacks)
-        old = table[stack]
-        table[stack] = Stack(old.item, old.top, checked=True)
+    def _make_room(self, fn):
+        """Room for the pushes `fn` makes onto stacks this transform made (not the primal's own: they keep
+        the room the transform that made them took). Growable storage: reserved once before the
+        outermost statement whose pushes can be counted (`saving.reserve_room`); else each stack is sized
+        for the whole run (`Stack.size`), and pushes that cannot be counted are refused."""
+        mine = sorted({t.stack for t in walk(fn.body) if isinstance(t, Push)} - set(self.fn.stacks))
+        if self.policy.growable:
+            fn.body[:] = reserve_room(fn.body, mine, fn.types, fn.names)
+            return fn
+        try:
+            sizes = save_sizes(fn.body, mine, fn.types, fn.names)
+        except Unsized as why:
+            raise refuse_unsized(self.fn, self.policy, why) from None
+        for k, size in sizes.items():
+            fn.stacks[k] = replace(fn.stacks[k], size=size)
+        return fn
 
     # ---- reverse --------------------------------------------------------------------------------
     def _reverse_block(self, stmts, ctx):
@@ -392,10 +393,13 @@ class _Reverse:
         cp = self.checkpoints[id(loop)]
         inner = self.owner[id(loop.body[0])]
         body = [t for v in reversed(cp.carried) for t in self._value_save(loop, ctx, v, once=False)[1]]
-        body += self._replays(loop) + self._forward_block(loop.body, inner, RERUN) + \
-            self._reverse_block(loop.body, inner)
+        rerun = self._replays(loop) + self._forward_block(loop.body, inner, RERUN)
+        back = self._reverse_block(loop.body, inner)
+        if loop.parallel and not cp.carried:
+            rerun = rerun_alone(self.fn, loop, rerun, back)
         after = [t for v in reversed(self._entry_saves(loop)) for t in self._value_save(loop, ctx, v)[1]]
-        return [_reversed_loop(loop, body)] + after
+        parallel = reversed_in_parallel(self.fn, self.local, loop, rerun, back, set(self.stacks[inner]))
+        return (parallel or [_reversed_loop(loop, body + rerun + back)]) + after
 
     def _replays(self, loop):
         return clone(self.facts.replay.get(id(loop), []))
@@ -413,7 +417,8 @@ class _Reverse:
         saved = sorted(final) + self.saved_locals + [n for s in sorted(stacks) for n in (s, stacks[s].top)]
         shared = self._restored_in_place()
         _copy_when_brought_back(adjoint_body, self.rebinds, self.restored - shared, self.types)
-        return self._forward_function(forward_body, saved, shared), self._adjoint_function(adjoint_body, saved, shared)
+        forward = self._make_room(self._forward_function(forward_body, saved, shared))
+        return forward, self._make_room(self._adjoint_function(adjoint_body, saved, shared))
 
     def _restored_in_place(self):
         """Restored arrays whose memory other names (or saved bindings) may share, like buffers rotated by
@@ -433,7 +438,8 @@ class _Reverse:
         handed = [Call("np.copy", (o,)) if names_in(o) & set().union(*(self._may(a) for a in shared)) else o
                   for o in fn.outputs]
         outputs = Tuple(tuple(handed)) if fn.returns_tuple else handed[0]
-        workspace = [s for s in sorted(stacks) if not isinstance(stacks[s].item, nt.Array)]
+        workspace = [s for s in sorted(stacks) if not isinstance(stacks[s].item, nt.Array)] \
+            if self.policy.growable else []        # sized storage is made by the target, for each call
         return Function(f"{fn.name}_forward", fn.params + workspace, init + body,
                         [outputs, Tuple(tuple(Name(n) for n in saved))], True, dict(self.types),
                         {**fn.stacks, **stacks},
@@ -475,7 +481,7 @@ class _Reverse:
         stacks.update(fn.stacks)
         for v in self.active & set(fn.stacks):     # pushed in reversed loops: room is made as they go
             d = self.local.adjoint_name(v)
-            stacks[d] = Stack(fn.stacks[v].item, fn.names.fresh(f"{d}_top"), checked=True)
+            stacks[d] = Stack(fn.stacks[v].item, fn.names.fresh(f"{d}_top"))
         return Function(f"{fn.name}_adjoint", fn.params + saved + d_outs, copies + zeros + seeds + body + casts,
                         grads, True, types, stacks,
                         {"reverse": {"saved": saved, "d_outs": d_outs, "forward_stacks": dict(self.stacks[self.top]),
@@ -537,15 +543,6 @@ def _region(s):
 def _has_adjoint(s):
     """Statements whose own adjoint `LocalAdjoints.of` builds (the others are control flow)."""
     return isinstance(s, (Assign, Store, Accumulate, Push, Pop))
-
-
-def _shallow(stmts):
-    """Statements of `stmts` and of the branches in it, not those of nested loops."""
-    for s in stmts:
-        yield s
-        if isinstance(s, If):
-            yield from _shallow(s.body)
-            yield from _shallow(s.orelse)
 
 
 def _copy(s):

@@ -111,8 +111,10 @@ elementwise("np.reciprocal", lambda a: -1.0 / (a * a))
 elementwise("np.deg2rad np.radians math.radians", lambda a: Const(0.017453292519943295))
 elementwise("np.rad2deg np.degrees math.degrees", lambda a: Const(57.29577951308232))
 elementwise("np.negative", lambda a: Const(-1.0))
-elementwise("np.positive np.copy .copy np.asarray np.ascontiguousarray float np.float64 np.float32 .astype",
+elementwise("np.positive np.copy .copy np.array np.asarray np.ascontiguousarray float np.float64 np.float32 .astype",
             lambda a, *dtype: Const(1.0))
+# of real values (a gradient never flows through a complex one: analysis.activity refuses it)
+elementwise("np.real np.conj np.conjugate np.double np.single", lambda a: Const(1.0))
 elementwise("np.power math.pow", lambda a, b: srcad.power_slope(a, b), lambda a, b: srcad.log_or_zero(a) * a ** b)
 elementwise("np.arctan2 math.atan2", lambda a, b: b / (a * a + b * b), lambda a, b: -a / (a * a + b * b))
 elementwise("np.hypot math.hypot", lambda a, b: a / M.hypot(a, b), lambda a, b: b / M.hypot(a, b))
@@ -120,6 +122,13 @@ elementwise("np.logaddexp", lambda a, b: 1.0 / (1.0 + np_.exp(b - a)), lambda a,
 elementwise("np.logaddexp2", lambda a, b: 1.0 / (1.0 + np_.exp2(b - a)), lambda a, b: 1.0 / (1.0 + np_.exp2(a - b)))
 elementwise("np.maximum np.fmax max", lambda a, b: ge(a, b), lambda a, b: lt(a, b))
 elementwise("np.minimum np.fmin min", lambda a, b: le(a, b), lambda a, b: gt(a, b))
+elementwise("np.mod np.remainder", lambda a, b: Const(1.0), lambda a, b: -np_.floor(a / b))
+elementwise("np.fmod math.fmod", lambda a, b: Const(1.0), lambda a, b: -np_.trunc(a / b))
+elementwise("np.nextafter", lambda a, b: Const(1.0), None)
+elementwise("np.ldexp", lambda a, b: np_.ldexp(1.0, b), None)
+elementwise("np.asfortranarray", lambda a: Const(1.0))
+elementwise("np.sinc", lambda a: where(ne(a, 0.0), (np_.cos(3.141592653589793 * a) - np_.sinc(a))
+                                       / where(ne(a, 0.0), a, 1.0), 0.0))
 elementwise("np.add", lambda a, b: Const(1.0), lambda a, b: Const(1.0))
 elementwise("np.subtract", lambda a, b: Const(1.0), lambda a, b: Const(-1.0))
 elementwise("np.multiply", lambda a, b: b, lambda a, b: a)
@@ -133,6 +142,8 @@ elementwise("srcad.power_slope", lambda a, b: b * srcad.power_slope(a, b - 1.0),
             lambda a, b: a ** (b - 1.0) * (1.0 + b * srcad.log_or_zero(a)))
 elementwise("srcad.log_or_zero", lambda a: srcad.reciprocal_or_zero(a))
 elementwise("srcad.reciprocal_or_zero", lambda a: -srcad.reciprocal_or_zero(a) ** 2)
+elementwise("srcad.cotangent_times", lambda g, p: srcad.finite_or_zero(p), lambda g, p: g)
+elementwise("srcad.finite_or_zero", lambda a: Compare("==", a - a, Const(0.0)))
 
 # Python operators, by their IR spelling.
 OPERATORS = {
@@ -165,8 +176,46 @@ NONDIFF = frozenset("""
     np.trunc np.round np.rint np.sign np.argmax np.argmin np.isnan np.isinf np.isfinite math.isnan
     math.isinf math.isfinite np.floor_divide np.logical_and np.logical_or np.logical_not np.greater
     np.less np.equal np.shape np.ndim np.size np.argsort np.heaviside math.factorial np.int64 np.int32
-    np.bool_ range srcad.trip_count srcad.last_written
+    np.bool_ range srcad.trip_count srcad.last_written srcad.frozen_array srcad.median_slopes np.imag
+    np.int8 np.int16 np.uint8 np.uint16 np.uint32 np.uint64 np.intc np.uintc np.intp np.uintp np.finfo np.iinfo
+    np.dtype np.bitwise_and np.bitwise_or np.bitwise_xor np.bitwise_not np.invert np.left_shift np.right_shift
+    np.greater_equal np.less_equal np.not_equal np.logical_xor np.signbit np.spacing np.any np.all np.nonzero
+    np.count_nonzero np.searchsorted np.digitize np.tri np.linalg.matrix_rank np.flatnonzero np.argwhere
+    np.bool np.byte np.ubyte np.short np.ushort np.uint
 """.split())
+
+# Functions of Numba's NumPy support that srcad compiles but does not differentiate, and why: a gradient
+# that flows through one is refused naming it and the reason (every other function of that list has a rule
+# or is in NONDIFF; tests/compiler/test_numba_values.py checks the list, docs/subset.md lists them).
+NOT_DIFFERENTIATED = {name: reason for names, reason in (
+    ("np.cumprod np.nancumprod np.nanprod np.nancumsum", "no rule yet; write the product or sum as a loop"),
+    ("np.percentile np.nanpercentile np.quantile np.nanquantile",
+     "no rule yet; sort with np.sort (differentiated) and interpolate between neighbours"),
+    ("np.ptp", "no rule yet; write np.max(x) - np.min(x)"),
+    ("np.convolve np.correlate np.kron np.vander np.interp np.cov np.corrcoef",
+     "no rule yet; write it as loops over the arrays"),
+    ("np.hstack np.vstack np.dstack np.column_stack", "no rule yet; use np.concatenate or np.stack"),
+    ("np.ediff1d", "no rule yet; use np.diff"),
+    ("np.take", "no rule yet; index with an array, x[idx], which is differentiated"),
+    ("np.partition np.unique np.histogram np.bincount np.roots np.fill_diagonal",
+     "its result is not a smooth function of its argument, or no rule yet; write it as a loop"),
+    ("np.linalg.cholesky np.linalg.eig np.linalg.eigh np.linalg.eigvals np.linalg.eigvalsh np.linalg.svd "
+     "np.linalg.qr np.linalg.lstsq np.linalg.pinv np.linalg.slogdet np.linalg.cond np.linalg.matrix_power",
+     "a factorisation without a rule yet; np.linalg.det, inv and solve are differentiated"),
+    ("np.complex64 np.complex128 np.csingle np.cdouble np.angle", "complex numbers are not differentiated"),
+    ("np.frexp np.modf", "returns a tuple of parts"),
+    (" ".join("np.random." + f for f in """rand randn random random_sample ranf sample randint choice permutation
+        shuffle beta binomial chisquare exponential f gamma geometric gumbel hypergeometric laplace logistic lognormal
+        logseries multinomial negative_binomial normal pareto poisson power rayleigh standard_cauchy
+        standard_exponential standard_gamma standard_normal standard_t triangular uniform vonmises wald weibull
+        zipf""".split()), "a random draw; draw standard noise (np.random.standard_normal()) and write "
+                           "mu + sigma * z, which is differentiated in mu and sigma"),
+) for name in names.split()}
+
+
+def why_not_differentiated(fn):
+    """' (<reason>)' for a function of NOT_DIFFERENTIATED, for the refusal's message; else ''."""
+    return f" ({NOT_DIFFERENTIATED[fn]})" if fn in NOT_DIFFERENTIATED else ""
 
 
 # ---- whole-array functions: tangent and transposes ----------------------------------------------
@@ -323,9 +372,97 @@ def _shaped_like(g, x):
     return Call("np.reshape", (np_.ascontiguousarray(g), Call("np.shape", (x,))))
 
 
+def _expanded_axis(args, axis):
+    """The axis of `np.expand_dims(a, axis)`, given by position or by keyword."""
+    return args[1] if len(args) > 1 else Const(axis)
+
+
 def _centered(args):
     x = args[0]
     return x - np_.mean(x)
+
+
+def _kept(x):
+    """1.0 where `x` is a number, 0.0 where it is NaN: what the nan* reductions leave out."""
+    return where(np_.isnan(x), 0.0, 1.0)
+
+
+def _nan_centered(x):
+    """x - np.nanmean(x), 0.0 where x is NaN."""
+    return where(np_.isnan(x), 0.0, x - np_.nanmean(x))
+
+
+def _over_whole(tangent, transpose):
+    """A reduction over the whole array (Numba's nan* reductions and median take no axis): its tangent
+    `tangent(x, dx)` and transpose `transpose(x, g)`, which has the shape of `x`."""
+    return ArrayRule(lambda args, dargs, ranks, axis: None if axis is not None else tangent(args[0], dargs[0]),
+                     (_whole(lambda args, g, ranks: (transpose(args[0], g), "exact")),))
+
+
+def _nan_extremum(fn):
+    """np.nanmax / np.nanmin: the adjoint split equally among tied extrema (NaNs get none)."""
+    def mask(x):
+        return np_.equal(x, Call(fn, (x,)))
+    return _over_whole(lambda x, dx: np_.sum(dx * mask(x)) / np_.sum(mask(x)),
+                       lambda x, g: g * mask(x) / np_.sum(mask(x)))
+
+
+def _median(skip_nan):
+    """The median is the middle sorted value, or the mean of the two middle ones (`srcad.median_slopes`)."""
+    return _over_whole(lambda x, dx: np_.sum(dx * srcad.median_slopes(x, Const(skip_nan))),
+                       lambda x, g: g * srcad.median_slopes(x, Const(skip_nan)))
+
+
+def _inverse(a):
+    return Call("np.linalg.inv", (a,))
+
+
+def _det(args):
+    return Call("np.linalg.det", tuple(args))
+
+
+def _cofactor_ratio(args):
+    """d det(A) / dA = det(A) inv(A).T: this is inv(A).T."""
+    return np_.transpose(_inverse(args[0]))
+
+
+def _transposed(a):
+    """`a`.T as a C-contiguous array (what Numba's linear algebra takes)."""
+    return np_.ascontiguousarray(np_.transpose(a))
+
+
+def _solve_tangent(args, dargs, ranks, axis):
+    """d solve(A, b) = solve(A, db - dA @ x), x = solve(A, b)."""
+    a, b = args
+    da, db = dargs
+    x = Call("np.linalg.solve", tuple(args))
+    rhs = _sum_of((db, -(da @ x) if da is not None else None))
+    return Call("np.linalg.solve", (a, rhs))
+
+
+def _solve_transpose(k):
+    """The adjoint of b is solve(A.T, g); that of A is -(adjoint of b) x^T."""
+    def rule(args, g, ranks, axis):
+        gb = Call("np.linalg.solve", (_transposed(args[0]), g))
+        if k == 1:
+            return gb, "exact"
+        x = Call("np.linalg.solve", tuple(args))
+        return -(np_.outer(gb, x) if ranks[1] == 1 else gb @ np_.transpose(x)), "exact"
+    return rule
+
+
+def _diff_rule(fn, back):
+    """np.diff of a vector and its transpose `srcad.undiff`: linear maps, each the other's transpose."""
+    return ArrayRule(lambda args, dargs, ranks, axis: Call(fn, (dargs[0],)) if len(args) == 1 and ranks[0] == 1
+                     else None,
+                     (lambda args, g, ranks, axis: (Call(back, (g,)), "exact") if len(args) == 1 and ranks[0] == 1
+                      else None,))
+
+
+def _flip(fn):
+    """np.flip (of every axis), np.fliplr, np.flipud: a permutation, its own transpose."""
+    return ArrayRule(lambda args, dargs, ranks, axis: Call(fn, (dargs[0],)) if len(args) == 1 else None,
+                     (lambda args, g, ranks, axis: (Call(fn, (g,)), "exact") if len(args) == 1 else None,))
 
 
 _MATMUL = ArrayRule(_matmul_tangent, (_matmul_transpose(0), _matmul_transpose(1)))
@@ -369,6 +506,43 @@ ARRAY_RULES = {
                         np_.mean(_centered(args) * dargs[0]) / np_.std(args[0]),
                         (_whole(lambda args, g, ranks: (g * _centered(args) / (np_.size(args[0]) * np_.std(args[0])),
                                                         "exact")),)),
+    "np.nansum": _over_whole(lambda x, dx: np_.sum(dx * _kept(x)), lambda x, g: g * _kept(x)),
+    "np.nanmean": _over_whole(lambda x, dx: np_.sum(dx * _kept(x)) / np_.sum(_kept(x)),
+                              lambda x, g: g * _kept(x) / np_.sum(_kept(x))),
+    "np.nanmax": _nan_extremum("np.nanmax"),
+    "np.nanmin": _nan_extremum("np.nanmin"),
+    "np.nanvar": _over_whole(lambda x, dx: 2.0 * np_.sum(_nan_centered(x) * dx) / np_.sum(_kept(x)),
+                             lambda x, g: g * 2.0 * _nan_centered(x) / np_.sum(_kept(x))),
+    "np.nanstd": _over_whole(lambda x, dx: np_.sum(_nan_centered(x) * dx) / (np_.sum(_kept(x)) * np_.nanstd(x)),
+                             lambda x, g: g * _nan_centered(x) / (np_.sum(_kept(x)) * np_.nanstd(x))),
+    "np.median": _median(False),
+    "np.nanmedian": _median(True),
+    "np.linalg.det": ArrayRule(lambda args, dargs, ranks, axis: _det(args) * np_.sum(_cofactor_ratio(args) * dargs[0]),
+                               (lambda args, g, ranks, axis: (g * _det(args) * _cofactor_ratio(args), "exact"),)),
+    "np.linalg.inv": ArrayRule(lambda args, dargs, ranks, axis: -(_inverse(args[0]) @ dargs[0] @ _inverse(args[0])),
+                               (lambda args, g, ranks, axis: (-(np_.transpose(_inverse(args[0])) @ g @
+                                                                np_.transpose(_inverse(args[0]))), "exact"),)),
+    "np.linalg.solve": ArrayRule(_solve_tangent, (_solve_transpose(0), _solve_transpose(1))),
+    "np.vdot": ArrayRule(lambda args, dargs, ranks, axis: _sum_of(
+        (np_.vdot(dargs[0], args[1]) if dargs[0] is not None else None,
+         np_.vdot(args[0], dargs[1]) if dargs[1] is not None else None)),
+        (lambda args, g, ranks, axis: (g * args[1], "exact") if ranks[0] == ranks[1] else None,
+         lambda args, g, ranks, axis: (g * args[0], "exact") if ranks[0] == ranks[1] else None)),
+    "np.diff": _diff_rule("np.diff", "srcad.undiff"),
+    "srcad.undiff": _diff_rule("srcad.undiff", "np.diff"),
+    "np.atleast_1d": ArrayRule(lambda args, dargs, ranks, axis: np_.atleast_1d(dargs[0]),
+                               (lambda args, g, ranks, axis: (_shaped_like(g, args[0]), "exact"),)),
+    "np.atleast_2d": ArrayRule(lambda args, dargs, ranks, axis: np_.atleast_2d(dargs[0]),
+                               (lambda args, g, ranks, axis: (_shaped_like(g, args[0]), "exact"),)),
+    "np.atleast_3d": ArrayRule(lambda args, dargs, ranks, axis: np_.atleast_3d(dargs[0]),
+                               (lambda args, g, ranks, axis: (_shaped_like(g, args[0]), "exact"),)),
+    "np.tril": ArrayRule(lambda args, dargs, ranks, axis: Call("np.tril", (dargs[0],) + tuple(args[1:])),
+                         (lambda args, g, ranks, axis: (Call("np.tril", (g,) + tuple(args[1:])), "exact"),)),
+    "np.triu": ArrayRule(lambda args, dargs, ranks, axis: Call("np.triu", (dargs[0],) + tuple(args[1:])),
+                         (lambda args, g, ranks, axis: (Call("np.triu", (g,) + tuple(args[1:])), "exact"),)),
+    "np.flip": _flip("np.flip"),
+    "np.fliplr": _flip("np.fliplr"),
+    "np.flipud": _flip("np.flipud"),
     "np.trace": ArrayRule(lambda args, dargs, ranks, axis: None if len(args) > 1 else np_.trace(dargs[0]),
                           (lambda args, g, ranks, axis: None if len(args) > 1 else (g * np_.eye(
                               Subscript(Call("np.shape", (args[0],)), (Const(0),)),
@@ -393,8 +567,9 @@ ARRAY_RULES = {
     "srcad.tile_like": ArrayRule(lambda args, dargs, ranks, axis: srcad.tile_like(dargs[0], args[1]),
                                  (lambda args, g, ranks, axis: (srcad.untile(g, args[0]), "exact"),)),
     # what the rules above generate, so that their adjoints can be differentiated again
-    "np.expand_dims": ArrayRule(lambda args, dargs, ranks, axis: np_.expand_dims(dargs[0], args[1]),
-                                (lambda args, g, ranks, axis: (Call("np.sum", (g,), (("axis", args[1]),)), "exact"),)),
+    "np.expand_dims": ArrayRule(lambda args, dargs, ranks, axis: np_.expand_dims(dargs[0], _expanded_axis(args, axis)),
+                                (lambda args, g, ranks, axis: (Call("np.sum", (g,), (
+                                    ("axis", _expanded_axis(args, axis)),)), "exact"),)),
 }
 
 

@@ -17,33 +17,37 @@ that is exact:
   them and reverses it (chosen when that saves fewer values than taping);
 * **save**: otherwise the old value is kept, in a *local* where the statement
   runs at most once per run of the code around it, else on a *stack* (room
-  reserved before a for loop from its trip count; pushes in a while loop
-  check for room, growing by doubling, which only the CPU target allows:
-  `Policy`).
+  reserved before the outermost loop whose pushes can be counted; pushes in
+  a while loop check for room, growing by doubling, which only the CPU target
+  allows: `Policy`). `save_sizes` counts what each stack receives, before the
+  call, for a target whose storage cannot grow.
 """
 from dataclasses import dataclass, field
 
 from numba.core import types as nt
 
 from ..analysis.types import index_array
-from ..errors import TransformError
-from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Effect, For, If, Name, Pop, Push, Slice, Store,
-                  Subscript, While)
-from ..ir.visit import assigned, blocks, defines, names_in, reads, subexpressions, walk, written_array
+from ..errors import SUBSET_DOC, TransformError
+from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Effect, For, If, Name, Pop, Push, Reserve, Slice,
+                  Store, Subscript, Tuple, UnaryOp, While)
+from ..ir.visit import (assigned, blocks, defines, names_in, reads, rewrite_top_down, subexpressions, substitute, walk,
+                        written_array)
 from .local import value_names
 from .rules import JOINS
 
 
 @dataclass(frozen=True)
 class Policy:
-    """Where a target may keep saved values. `growable`: stacks may grow while a loop runs (CPU);
-    without it every stack is sized before the loop that fills it, and a save inside a while loop
-    (trip count unknown on entry) is refused."""
-    name: str
-    growable: bool
+    """Where a target may keep saved values. `growable`: stacks may grow while the code runs (CPU:
+    room is reserved once before the outermost loop whose pushes can be counted, and checked where
+    they cannot, as in a while loop). Without it (a GPU thread) each stack is sized exactly before the
+    call (`Stack.size`, from `save_sizes`), and values saved where no count exists are refused."""
+    name: str = "cpu"
+    growable: bool = True
 
 
 CPU = Policy("cpu", growable=True)
+SIZED = Policy("sized", growable=False)      # the CPU printer with exactly sized, non-growing storage
 
 
 def required_before(stmts, reads_of, kills, after, opaque):
@@ -432,15 +436,292 @@ def _bound_once_at_top(fn, n):
     return len(sites) == 1 and any(t is sites[0] for t in fn.body) and n not in fn.params
 
 
-def trip_count(loop):
-    """The number of iterations of `loop`, as an expression (read before it starts)."""
-    if loop.step == Const(1):
-        span = loop.stop if loop.start == Const(0) else BinOp("-", loop.stop, loop.start)
+def _trips(start, stop, step):
+    """The number of iterations of `range(start, stop, step)`, as an expression."""
+    if step == Const(1):
+        span = stop if start == Const(0) else BinOp("-", stop, start)
         return Call("max", (span, Const(0)))
-    return Call("srcad.trip_count", (loop.start, loop.stop, loop.step))
+    return Call("srcad.trip_count", (start, stop, step))
 
 
-def refuse_unsized(fn, origin):
-    return TransformError(f"{fn.name}: a value saved inside a while loop needs a stack that grows while the "
-                          f"loop runs, which this target cannot do (line {origin.line}: `{origin.text}`). Hint: "
-                          f"bound the loop with a for loop over range(...)")
+# ---- how many values each stack receives ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SaveSize:
+    """How many values a stack receives in one run, known before the run: `setup` (counting loops,
+    where an inner loop's trip count depends on the index of a loop around it: a triangle is summed,
+    not bounded by a product) then `count`. `exact` is False where a branch was counted as its larger
+    side or a loop with `break` as its most iterations: then `count` is an upper bound."""
+    count: object
+    setup: tuple
+    exact: bool
+
+
+class Unsized(Exception):
+    """The pushes inside `stmt` cannot be counted before it runs: `why` is "while" (no trip count on
+    entry) or "bounds" (loop bounds computed where the count cannot see them: `names`)."""
+
+    def __init__(self, stmt, why, names=()):
+        super().__init__(why)
+        self.stmt, self.why, self.names = stmt, why, tuple(names)
+
+
+# Calls a counted integer may be computed with (pure, reading no array values).
+_COUNTABLE_CALLS = frozenset({"int", "min", "max", "abs", "len", "srcad.trip_count", "math.floor", "math.ceil"})
+
+
+class _Counter:
+    """Counts the pushes onto `stacks` a statement list makes, as expressions read before it runs.
+
+    A name the list binds before the point counted may appear in a count only as its value: scalars
+    bound from constants, names not bound yet and earlier such scalars are substituted (`m = i + 1` before
+    `for j in range(m)`), and so are the shapes of arrays made from known shapes (`B = A.copy()`,
+    `np.zeros((n, m))`: `B.shape[0]`); a loop index becomes the index of a counting loop. A loop whose pushes do
+    not depend on its index counts as trip count times body; one whose do is summed by a counting
+    loop. A branch counts as its larger side. With `bounded_whiles`, a while loop with a `bound` (a for
+    loop with a `break`) counts as that many iterations; else it has no count."""
+
+    def __init__(self, types, names, stacks, bounded_whiles=True):
+        self.types, self.names, self.stacks = types, names, frozenset(stacks)
+        self.bounded_whiles = bounded_whiles
+
+    def count(self, stmts):
+        """(setup, {stack: count}, exact) for `stmts`, counted just before them; raises Unsized."""
+        return self.block(stmts, {}, frozenset())
+
+    def pushed(self, stmts):
+        return {t.stack for t in walk(stmts) if isinstance(t, Push)} & self.stacks
+
+    def block(self, stmts, env, changed):
+        """`changed`: the names that may have been bound anew since the point the count is read at."""
+        setup, total, exact = [], {}, True
+        for s in stmts:
+            if self.pushed([s]):
+                more, counts, ex = self.stmt(s, env, changed)
+                setup += more
+                exact &= ex
+                for k, c in counts.items():
+                    total[k] = _plus(total.get(k, Const(0)), c)
+            self.bind(s, env, changed)
+            changed = changed | assigned([s])
+        return setup, total, exact
+
+    def bind(self, s, env, changed):
+        """Update `env` (name -> its value in names read before the count; ("shape", array) -> its
+        shape, a tuple of such values) past statement `s`."""
+        known = None
+        if isinstance(s, Assign) and not s.inplace and isinstance(self.types.get(s.target), nt.Array):
+            known = ("shape", s.target), self.shape_of(s.value, env, changed)
+        elif isinstance(s, Assign) and isinstance(self.types.get(s.target), (nt.Number, nt.Boolean)) \
+                and all(x.fn in _COUNTABLE_CALLS for x in subexpressions(s.value) if isinstance(x, Call)) \
+                and not any(isinstance(self.types.get(n), nt.Array) for n in value_names(s.value)):
+            known = s.target, self.fixed(s.value, env, changed)
+        _forget(env, assigned([s]))
+        if known is not None and known[1] is not None:
+            env[known[0]] = known[1]
+
+    def fixed(self, e, env, changed):
+        """`e` in names read before the count, or None."""
+        e = substitute(rewrite_top_down(e, lambda x: self.known_extent(x, env)), env)
+        return None if names_in(e) & changed else e
+
+    @staticmethod
+    def known_extent(x, env):
+        """`a.shape[k]` or `len(a)` as the extent `env` knows for array `a`, else None."""
+        if isinstance(x, Subscript) and isinstance(x.base, Attribute) and x.base.attr == "shape" and \
+                isinstance(x.base.base, Name) and len(x.index) == 1 and isinstance(x.index[0], Const):
+            shape = env.get(("shape", x.base.base.id))
+            return shape[x.index[0].value] if shape is not None else None
+        if isinstance(x, Call) and x.fn == "len" and len(x.args) == 1 and isinstance(x.args[0], Name):
+            shape = env.get(("shape", x.args[0].id))
+            return shape[0] if shape else None
+        return None
+
+    def inductions(self, body, env, changed):
+        """[(v, c)]: integers a loop body steps once per iteration (`v = v + c` at its top level, the
+        only binding of `v` in it, `c` known in every iteration): at the top of an iteration, `v` is its
+        value before the loop plus `c` times the iterations before it (where that value is known)."""
+        out = []
+        for t in body:
+            if not (isinstance(t, Assign) and isinstance(self.types.get(t.target), nt.Integer)
+                    and isinstance(t.value, BinOp) and t.value.op in ("+", "-") and t.value.left == Name(t.target)):
+                continue
+            step = self.fixed(t.value.right, env, changed)
+            if step is None or sum(t.target in defines(u) for u in walk(body)) != 1:
+                continue
+            out.append((t.target, step if t.value.op == "+" else UnaryOp("-", step)))
+        return out
+
+    def shape_of(self, e, env, changed):
+        """The shape of array expression `e` as a tuple of values read before the count, or None:
+        an array name, a copy of one, a scalar times one, or an allocation of a known shape."""
+        if isinstance(e, Name):
+            ty = self.types.get(e.id)
+            if ("shape", e.id) in env:
+                return env[("shape", e.id)]
+            if e.id in changed or not isinstance(ty, nt.Array):
+                return None
+            return tuple(Subscript(Attribute(e, "shape"), (Const(k),)) for k in range(ty.ndim))
+        if isinstance(e, BinOp) and e.op in ("+", "-", "*", "/"):
+            array = [x for x in (e.left, e.right) if not isinstance(_expr_type(self.types, x), (nt.Number, nt.Boolean))]
+            return self.shape_of(array[0], env, changed) if len(array) == 1 else None
+        if not isinstance(e, Call) or not e.args:
+            return None
+        if e.fn in _SAME_SHAPE:
+            return self.shape_of(e.args[0], env, changed)
+        if e.fn in _MADE_OF_SHAPE:
+            dims = e.args[0].items if isinstance(e.args[0], Tuple) else (e.args[0],)
+            dims = tuple(self.fixed(d, env, changed) for d in dims)
+            return None if any(d is None for d in dims) else dims
+        return None
+
+    def stmt(self, s, env, changed):
+        if isinstance(s, Push):
+            return [], {s.stack: Const(1)}, True
+        if isinstance(s, If):
+            a, ca, xa = self.block(s.body, dict(env), changed)
+            b, cb, xb = self.block(s.orelse, dict(env), changed)
+            counts = {k: ca.get(k, Const(0)) if ca.get(k) == cb.get(k) else
+                      Call("max", (ca.get(k, Const(0)), cb.get(k, Const(0)))) for k in set(ca) | set(cb)}
+            return a + b, counts, xa and xb and ca == cb
+        if isinstance(s, For):
+            return self.loop(s, env, changed)
+        if isinstance(s, While):
+            limit = s.bound if self.bounded_whiles else None
+            limit = None if limit is None else self.fixed(limit, env, changed)
+            if limit is None:
+                raise Unsized(s, "while")
+            inner = dict(env)
+            _forget(inner, assigned(s.body))
+            setup, counts, _ = self.block(s.body, inner, changed | assigned(s.body))
+            return setup, {k: _times(limit, c) for k, c in counts.items()}, False
+        raise TypeError(f"no count for {s!r}")
+
+    def loop(self, s, env, changed):
+        ends = [self.fixed(e, env, changed) for e in (s.start, s.stop, s.step)]
+        if any(e is None for e in ends):
+            raise Unsized(s, "bounds", sorted(set().union(*(names_in(e) & changed for e in (s.start, s.stop, s.step)))
+                                              - {k for k in env if isinstance(k, str)}))
+        index = self.names.fresh(f"{s.var}_count")
+        self.types[index] = nt.intp
+        inner = dict(env)
+        _forget(inner, assigned(s.body))
+        inner[s.var] = Name(index)
+        done = BinOp("-", Name(index), ends[0])          # iterations before this one
+        done = done if ends[2] == Const(1) else BinOp("//", done, ends[2])
+        carried = changed | assigned(s.body)
+        for v, step in self.inductions(s.body, inner, carried):
+            start = self.fixed(Name(v), env, changed)
+            if start is not None:
+                inner[v] = _plus(start, _times(done, step))
+        setup, counts, exact = self.block(s.body, inner, carried)
+        if index not in set().union(*(names_in(c) for c in counts.values()), *(reads(t) for t in walk(setup))):
+            trips = _trips(*ends)
+            return setup, {k: _times(trips, c) for k, c in counts.items()}, exact
+        sums = {}
+        for k in sorted(counts):
+            sums[k] = self.names.fresh("n_saves")
+            self.types[sums[k]] = nt.intp
+        body = setup + [Assign(sums[k], BinOp("+", Name(sums[k]), counts[k]), s.origin) for k in sorted(counts)]
+        start = [Assign(sums[k], Const(0), s.origin) for k in sorted(counts)]
+        return start + [For(index, *ends, body, s.origin)], {k: Name(v) for k, v in sums.items()}, exact
+
+
+def _forget(env, names):
+    for k in [k for k in env if (k[1] if isinstance(k, tuple) else k) in names]:
+        del env[k]
+
+
+def _expr_type(types, e):
+    """The type of a name or a constant (None for other expressions)."""
+    if isinstance(e, Name):
+        return types.get(e.id)
+    return nt.float64 if isinstance(e, Const) else None
+
+
+_SAME_SHAPE = frozenset({"np.copy", ".copy", "np.ascontiguousarray", "np.zeros_like", "np.ones_like",
+                         "np.empty_like", "np.full_like"})
+_MADE_OF_SHAPE = frozenset({"np.zeros", "np.ones", "np.empty", "np.full"})
+
+
+def _plus(a, b):
+    if a == Const(0):
+        return b
+    if b == Const(0):
+        return a
+    return BinOp("+", a, b)
+
+
+def _times(a, b):
+    if a == Const(1) or b == Const(0):
+        return b
+    if b == Const(1) or a == Const(0):
+        return a
+    return BinOp("*", a, b)
+
+
+def save_sizes(body, stacks, types, names):
+    """{stack: SaveSize} of the values `body` pushes onto each of `stacks` (pops not counted: for a
+    stack also popped in `body`, an upper bound on its height), counted before `body` runs; raises
+    Unsized where no count exists. Counting loops get fresh names (typed in `types`)."""
+    setup, counts, exact = _Counter(types, names, stacks).count(body)
+    return {k: SaveSize(counts.get(k, Const(0)), tuple(setup), exact) for k in stacks}
+
+
+def reserve_room(body, stacks, types, names):
+    """`body` with a `Reserve` before the statements pushing onto `stacks`, as far out as their pushes
+    can be counted: the whole of `body` if it can (once per run), else each statement in turn, else
+    (a while loop, a loop whose bounds are computed in the loop around it) inside it, down to single
+    pushes. A statement popping a stack it pushes is gone into as well (the room it needs at once is
+    what it pushes between pops), and so is a loop with a `break` (room for all its iterations would
+    be taken however early it stops). Nested blocks are rewritten in place."""
+    counter = _Counter(types, names, stacks, bounded_whiles=False)
+
+    def room(stmts):
+        """Reserves before `stmts`, or None where they cannot be counted."""
+        pushed = counter.pushed(stmts)
+        if not pushed:
+            return []
+        if {t.stack for t in walk(stmts) if isinstance(t, Pop)} & pushed:
+            return None
+        try:
+            setup, counts, _ = counter.count(stmts)
+        except Unsized:
+            return None
+        origin = stmts[0].origin
+        return setup + [Reserve(k, counts[k], origin) for k in sorted(counts)]
+
+    def block(stmts):
+        whole = room(stmts)
+        if whole is not None:
+            return whole + stmts
+        out = []
+        for s in stmts:
+            before = room([s])
+            if before is None:
+                for b in blocks(s):
+                    b[:] = block(b)
+                before = []
+            out += before + [s]
+        return out
+
+    return block(body)
+
+
+def refuse_unsized(fn, policy, why):
+    """The refusal for values saved where `policy`'s storage, sized before the call, cannot be counted."""
+    s = why.stmt
+    line = f"line {s.origin.line}: `{s.origin.text}`" if s.origin is not None else "generated code"
+    if why.why == "while":
+        return TransformError(
+            f"{fn.name}: values are saved inside the while loop at {line}, which has no trip count known before "
+            f"the call, and the {policy.name} target sizes its storage for saved values before the call (it "
+            f"cannot grow while a loop runs). Hint: give the loop a bound: `for it in range(max_iter):` with "
+            f"`if <done>: break` instead of the while loop (see {SUBSET_DOC})")
+    spelled = ", ".join(f"`{fn.names.user(n)}`" for n in why.names)
+    return TransformError(
+        f"{fn.name}: the loop at {line} saves values, and its bounds depend on {spelled or 'values'} computed "
+        f"in the function (from array elements, or changed from one iteration to the next), so the values it "
+        f"saves cannot be counted before the call, as the {policy.name} target needs (it sizes its storage "
+        f"for saved values before the call). Hint: loop to a bound computed from the arguments and their "
+        f"shapes, skipping the iterations past the end with `if` (see {SUBSET_DOC})")

@@ -16,7 +16,7 @@ from ..ad.rules import ARRAY_RULES, ELEMENTWISE, JOINS, NONDIFF, OPERATORS, is_e
 from ..ir import Accumulate, Assign, BinOp, Call, Const, Name, Pop, Push, Store, Tuple, UnaryOp
 from ..ir.forms import data_names, is_atom, is_tree
 from ..ir.visit import names_in, walk
-from .types import is_float
+from .types import is_float, refuse_complex
 
 
 def analyse_activity(fn, active_params):
@@ -48,7 +48,7 @@ def differentiable_inputs(value):
         if value.fn in ARRAY_RULES:
             return [a for a, t in zip(value.args, ARRAY_RULES[value.fn].transposes) if t is not None]
         if value.fn in JOINS:
-            return list(value.args[0].items) if value.args and isinstance(value.args[0], Tuple) else []
+            return list(value.args[0].items) if value.args and isinstance(value.args[0], Tuple) else list(value.args)
         return list(value.args)       # no rule: refused by the reverse transform if it needs one
     return []
 
@@ -83,7 +83,10 @@ def _varied(fn, start):
         changed = False
         for s in walk(fn.body):
             flow = flows(s)
-            if flow is None or flow[0] in varied or not _carries_derivatives(fn, flow[0]):
+            if flow is None or flow[0] in varied:
+                continue
+            refuse_complex(fn, s, flow[0], varied)
+            if not _carries_derivatives(fn, flow[0]):
                 continue
             if any(n in varied for a in flow[1] for n in data_names(a)):
                 varied.add(flow[0])

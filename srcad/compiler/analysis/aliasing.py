@@ -29,7 +29,7 @@ def analyse_aliasing(fn, active_params):
     """Check `fn` (typed, in-place updates resolved) and store what was found; returns `fn`."""
     groups, may = alias_groups(fn), alias_groups(fn, every_binding=False)
     if active_params:           # a plain call runs as NumPy would: nothing of this can make it wrong
-        _check_writes(fn, groups, may, set(active_params))
+        _check_writes(fn, groups, alias_groups(fn, entries_apart=True), may, set(active_params))
     stored = {written_array(s) for s in walk(fn.body)} - {None}
     written = [fn.names.user(p) for p in fn.params if any(a == p or p in groups.get(a, ()) for a in stored)]
     fn.facts["aliasing"] = {"groups": groups, "may": may, "written_params": written}
@@ -52,10 +52,13 @@ def view_source(fn, value):
     return src if isinstance(fn.types.get(src), nt.Array) else None
 
 
-def alias_groups(fn, every_binding=True):
+def alias_groups(fn, every_binding=True, entries_apart=False):
     """name -> the set of names sharing its memory (arrays bound to each other or to views): with
     `every_binding`, only names whose every binding is such an alias (a name also bound to a new
-    array is apart), else names with any such binding."""
+    array is apart), else names with any such binding. `entries_apart`: the local a rebound parameter
+    is copied into on entry counts as an array of its own there, as the caller's arguments written into
+    share no memory (`function` refuses it) and the parameter itself is never read again: arguments
+    rotated by rebinding (`a, tmp = tmp, a`) are then apart, as local buffers rotated so are."""
     parent = {}
 
     def find(n):
@@ -68,7 +71,8 @@ def alias_groups(fn, every_binding=True):
     for s in walk(fn.body):
         if isinstance(s, Assign) and isinstance(fn.types.get(s.target), nt.Array):
             src = view_source(fn, s.value)
-            sources.setdefault(s.target, []).append(src if src not in moved else None)
+            entry = entries_apart and src in fn.params and fn.names.user(s.target) == src != s.target
+            sources.setdefault(s.target, []).append(src if src not in moved and not entry else None)
     for target, srcs in sources.items():
         if all(srcs) or not every_binding:
             for src in filter(None, srcs):
@@ -79,10 +83,11 @@ def alias_groups(fn, every_binding=True):
     return {n: g for g in groups.values() for n in g}
 
 
-def _check_writes(fn, groups, may, active_params):
-    """Refuse a write into an argument that needs a gradient, and a write into an array while another
-    name that shares its memory is read afterwards: one that always does (`groups`), or one bound once
-    to an array that other names are rotated through (`may`: it holds one of the rotated buffers)."""
+def _check_writes(fn, groups, apart, may, active_params):
+    """Refuse a write into an argument that needs a gradient (through a name that always shares its
+    memory, `groups`), and a write into an array while another name that shares its memory is read
+    afterwards: one that always does (`apart`: arguments rotated by rebinding are apart), or one bound
+    once to an array that other names are rotated through (`may`: it holds one of the rotated buffers)."""
     defs, count = {}, binding_counts(fn.body)
     for s in walk(fn.body):
         if isinstance(s, Assign):
@@ -94,12 +99,13 @@ def _check_writes(fn, groups, may, active_params):
         if not isinstance(s, Store):
             continue
         arr = s.array
-        if arr in active_params:
-            user = fn.names.user(arr)
+        written = sorted(({arr} | groups.get(arr, set())) & active_params)
+        if written:
+            user = fn.names.user(written[0])
             raise TransformError(f"{where(s.origin)}: `{s.origin.text}` writes into its input `{user}` which needs "
                                  f"a gradient; copy it first: {user} = {user}.copy()")
         held = {m for m in may.get(arr, ()) if count.get(m) == 1 and m not in fn.params}
-        for other in sorted((groups.get(arr, {arr}) | held) - {arr}, key=lambda n: (_internal(fn, n), n)):
+        for other in sorted((apart.get(arr, {arr}) | held) - {arr}, key=lambda n: (_internal(fn, n), n)):
             if _disjoint(defs.get(other), s) or _returned_after(other, s, results) or \
                     not _live_after(path, other, outputs):
                 continue

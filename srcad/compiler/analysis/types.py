@@ -9,7 +9,7 @@ from numba.core import types as nt
 
 from ..errors import problem, where
 from ..ir import Call, Const, For, Global, Name, Slice, Store, Subscript, Tuple, While
-from ..ir.visit import assigned, own_exprs, subexpressions, walk
+from ..ir.visit import assigned, children, map_exprs, own_exprs, rebuild, subexpressions, walk
 
 
 def assign_types(fn, typemap, arg_types):
@@ -23,9 +23,32 @@ def assign_types(fn, typemap, arg_types):
         if isinstance(s, While):
             types.setdefault(s.cond, nt.boolean)
     fn.types = types
+    _expand_ellipses(fn)
     _check_loop_bounds(fn)
     _check_masks(fn)
     return fn
+
+
+def _expand_ellipses(fn):
+    """`U[..., k]`: the `...` of an index becomes the full slices it stands for, now that ranks are known
+    (Numba typed the primal with it; the passes after this one read explicit slices)."""
+    def expand(base, index):
+        ty = type_of(fn, base)
+        if _ELLIPSIS not in index or not isinstance(ty, nt.Array):
+            return index
+        k = index.index(_ELLIPSIS)
+        taken = sum(1 for i in index if i != _ELLIPSIS and i != Const(None))
+        return index[:k] + (Slice(),) * (ty.ndim - taken) + index[k + 1:]
+
+    def in_expr(e):
+        return Subscript(e.base, expand(e.base, e.index)) if isinstance(e, Subscript) else e
+    for s in walk(fn.body):
+        map_exprs(s, lambda e: rebuild(e, in_expr))
+        if isinstance(s, Store):
+            s.index = expand(Name(s.array), s.index)
+
+
+_ELLIPSIS = Const(Ellipsis)
 
 
 def _check_masks(fn):
@@ -88,6 +111,47 @@ def _unify(ts):
     if ints:
         return max(ints, key=lambda d: d.bitwidth)
     return ts[0]
+
+
+def refuse_complex(fn, s, name, varied):
+    """A complex value computed from values being differentiated (`np.exp(1j * w)` with `w` varied, in a
+    statement or inside its expression): refused, naming complex numbers, rather than a gradient that
+    silently stops there. Complex values no derivative reaches (`np.exp(2j * np.pi / n)`) are fine."""
+    reached = [n for e in own_exprs(s) for n in _complex_from(fn, e, varied)]
+    if _is_complex(fn.types.get(name)):
+        reached += [x.id for e in own_exprs(s) for x in subexpressions(e) if isinstance(x, Name) and x.id in varied]
+    if reached:
+        raise problem(s.origin, f"`{s.origin.text}` makes a complex value from `{fn.names.user(reached[0])}`, "
+                                "which is being differentiated; srcad differentiates real values only, not through "
+                                "complex numbers",
+                      "write the real and imaginary parts as two real values (cos/sin for exp(1j * w)), or "
+                      "wrap what does not need a gradient in ad.stop_gradient(...)")
+
+
+def _complex_from(fn, e, varied):
+    """The varied names a complex part of expression `e` is computed from."""
+    def visit(x):      # (is x complex, the varied names in x)
+        if isinstance(x, Const):
+            return isinstance(x.value, complex), []
+        if isinstance(x, Name):
+            return _is_complex(fn.types.get(x.id)), [x.id] if x.id in varied else []
+        parts = [visit(c) for c in children(x)]
+        names = [n for _, ns in parts for n in ns]
+        complex_ = any(c for c, _ in parts)
+        if complex_ and names:
+            found.extend(names)
+        return complex_ and not (isinstance(x, Call) and x.fn in _REAL_OF_COMPLEX), names
+    found = []
+    visit(e)
+    return found
+
+
+# functions giving a real value of a complex one
+_REAL_OF_COMPLEX = frozenset({"abs", "np.abs", "np.real", "np.imag", "np.angle"})
+
+
+def _is_complex(ty):
+    return isinstance(getattr(ty, "dtype", ty), nt.Complex)
 
 
 def is_float(ty):

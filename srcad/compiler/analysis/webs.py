@@ -105,6 +105,9 @@ class _Reaching:
         elif isinstance(s, (For, While)):
             if isinstance(s, For):
                 self.reads(s, state)
+            elif s.bound is not None:       # read on entry
+                for n in names_in(s.bound):
+                    self.use(("read", id(s), n), n, state, s)
             head = state
             while True:
                 inner = dict(head)
@@ -161,6 +164,7 @@ def _rename_reads(s, mapping):
         s.start, s.stop, s.step = (rename_expr(e, mapping) for e in (s.start, s.stop, s.step))
     elif isinstance(s, While):
         s.cond = mapping.get(s.cond, s.cond)
+        s.bound = rename_expr(s.bound, mapping) if s.bound is not None else None
 
 
 def _merge(a, b):

@@ -139,9 +139,19 @@ def cache_key(primal_source, arg_types, active, options=()):
     h = hashlib.sha256(compiler_hash().encode())
     h.update(repr(tuple(options)).encode())
     h.update(primal_source.encode())
-    h.update(repr([str(t) for t in arg_types]).encode())
+    h.update(repr([_stable_name(t) for t in arg_types]).encode())
     h.update(repr(list(active)).encode())
     return h.hexdigest()[:20]
+
+
+def _stable_name(ty):
+    """A type's name, the same in every process: a function passed as an argument is named by its module
+    and qualified name (Numba's name of it holds an address; its body is inlined in the printed primal)."""
+    dispatcher = getattr(ty, "dispatcher", None)
+    py_func = getattr(dispatcher, "py_func", None)
+    if py_func is not None:
+        return f"function {py_func.__module__}.{py_func.__qualname__}"
+    return str(ty)
 
 
 def _write_atomic(path, data):

@@ -1,31 +1,41 @@
 """The CPU target: stacks as NumPy buffers, IR printed as Python, compiled with `numba.njit`.
 
-`lower_for_target` turns the save constructs into this target's storage (a
-stack of scalars is a NumPy buffer and a top counter, room reserved before a
-for loop, grown by doubling in while loops; a stack of arrays a typed list)
-and accumulations through index arrays into scatter-adds. After it the IR is
-plain assignments, stores and calls, which `module_source`
-prints with a header of imports. `infer_types` runs Numba's type inference
-(only) on a printed function; `jit` compiles with Numba's on-disk cache and
-`load_cached` loads machine code from it cheaply.
+`NumbaCPU` is this target's `Backend` (registered as "cpu"). `lower_for_target`
+turns the save constructs into this target's storage (a stack of scalars is a
+NumPy buffer and a top counter, room reserved before a for loop, grown by
+doubling in while loops; a stack of arrays a typed list) and accumulations
+through index arrays into scatter-adds. After it the IR is plain assignments,
+stores and calls, which `module_source` prints with a header of imports.
+`infer_types` runs Numba's type inference (only) on a printed function; `jit`
+compiles with Numba's on-disk cache and `load_cached` loads machine code from
+it cheaply. Every Numba cache this target uses, srcad's runtime helpers'
+included, drops an entry it cannot load (`_DroppingCache`).
 """
 import contextlib
 import glob
 import os
 import stat
 import textwrap
+from collections import Counter
 from pathlib import Path
 
 import numba
 import numpy as np
+from numba.core import errors as nb_errors
 from numba.core import types as nt
+from numba.core.caching import FunctionCache
+from numba.core.dispatcher import Dispatcher
 
+from .. import runtime
+from ..ad.parallel import serial_where_unsafe
+from ..ad.saving import CPU
 from ..analysis.types import gather_axis, index_array, type_of
-from ..ir import (Accumulate, Assign, BinOp, Call, Compare, Const, Effect, Global, If, Name, Pop, Push, Reserve, Store,
-                  Subscript, TypeRef)
+from ..ir import (Accumulate, Assign, BinOp, Call, Compare, Const, Effect, For, Global, If, Name, Pop, Push, Reserve,
+                  Store, Subscript, TypeRef)
 from ..ir.printer import Printer, Writer
-from ..ir.visit import all_blocks
+from ..ir.visit import all_blocks, clone, walk
 from ..runtime import EXPORTS
+from .base import Backend
 from .cache import _discard, import_source, warn_once
 
 HEADER = "\n".join(["import math", "import numpy as np", "import numba", "from numba import types",
@@ -36,28 +46,56 @@ HEADER = "\n".join(["import math", "import numpy as np", "import numba", "from n
 
 def lower_for_target(fn):
     """`fn` with the IR constructs this target has no statement for lowered, in place; returns `fn`."""
-    return lower_scatter_adds(lower_stacks(fn))
+    return lower_scatter_adds(lower_stacks(serial_where_unsafe(fn)))
 
 
 # ---- stacks ---------------------------------------------------------------------------------------
 
 def lower_stacks(fn):
     """Replace Push / Pop / Reserve in `fn` by buffer operations, in place; returns `fn`."""
+    owners = _iteration_stacks(fn)
     for block in all_blocks(fn.body):
         block[:] = [t for s in block for t in _lowered(fn, s)]
-    init = []
+    init, counted = [], set()
     for name, stack in sorted(fn.stacks.items()):
-        if name not in fn.params:
-            init.append(Assign(name, _empty(stack.item)))
-        if stack.top not in fn.params:
-            init.append(Assign(stack.top, Const(0)))
+        made = _allocation(name, stack, counted) if name not in fn.params else []
+        made += [Assign(stack.top, Const(0))] if stack.top not in fn.params else []
+        if name in owners:
+            owners[name].body[:0] = made
+        else:
+            init += made
         fn.types.setdefault(stack.top, nt.intp)
     fn.body[:0] = init
     return fn
 
 
+def _iteration_stacks(fn):
+    """{stack: the parallel loop} for the stacks used only within the iterations of a parallel loop: each
+    iteration makes its own, so that threads never share one."""
+    every = _stack_uses(fn.body)
+    owners = {}
+    for loop in walk(fn.body):
+        if isinstance(loop, For) and loop.parallel:
+            owners.update((k, loop) for k, n in _stack_uses(loop.body).items() if n == every[k])
+    return owners
+
+
+def _stack_uses(stmts):
+    return Counter(t.stack for t in walk(stmts) if isinstance(t, (Push, Pop, Reserve)))
+
+
 def _is_list(item):
     return isinstance(item, nt.Array)
+
+
+def _allocation(name, stack, counted):
+    """A stack's storage: as large as `stack.size` where the policy sized it before the run (after the
+    statements counting it, once for the stacks `counted` together), else a small buffer that grows."""
+    if stack.size is None or _is_list(stack.item):
+        return [Assign(name, _empty(stack.item))]
+    setup = [] if stack.size.setup in counted else clone(list(stack.size.setup))
+    counted.add(stack.size.setup)
+    return setup + [Assign(name, Call("np.empty", (stack.size.count, Global(f"np.{_dtype_name(stack.item)}"))))]
 
 
 def _empty(item):
@@ -175,7 +213,53 @@ def jit(function):
     # forward that returns a large `saved` tuple it is a fifth of the LLVM IR.
     # error_model="numpy": x / 0, log(0), the adjoint of sqrt at 0 give inf and
     # nan, as the eager tape and NumPy do, instead of raising ZeroDivisionError.
-    return numba.njit(cache=True, no_cfunc_wrapper=True, error_model="numpy")(function)
+    return _dropping(numba.njit(cache=True, no_cfunc_wrapper=True, error_model="numpy",
+                                parallel=uses_prange(function))(function))
+
+
+def uses_prange(function):
+    """Does generated `function` run a loop in parallel (`numba.prange`, printed for a parallel For)?
+    Only then is it compiled with parallel=True, which costs compile time everywhere else."""
+    return "prange" in function.__code__.co_names
+
+
+class _DroppingCache(FunctionCache):
+    """Numba's disk cache of one function, except that an entry it cannot load (its index or data file
+    truncated by a full disk or a killed process: Numba unpickles them and raises, and so would every
+    later process) is discarded with a warning and compiled again instead of failing the compile."""
+
+    def load_overload(self, sig, target_context):
+        try:
+            return super().load_overload(sig, target_context)
+        except Exception as exc:
+            _discard_numba_entry(self._cache_file._index_path, exc)
+            return None
+
+    def save_overload(self, sig, data):
+        try:
+            super().save_overload(sig, data)
+        except Exception as exc:      # an index another process left truncated since our load
+            _discard_numba_entry(self._cache_file._index_path, exc)
+            super().save_overload(sig, data)
+
+
+def _dropping(dispatcher):
+    """`dispatcher` with its Numba disk cache (if any) made a `_DroppingCache`. The class is swapped on
+    the cache object Numba made (same state, loading and saving guarded), not rebuilt: no second
+    cache lookup."""
+    if type(getattr(dispatcher, "_cache", None)) is FunctionCache:
+        dispatcher._cache.__class__ = _DroppingCache
+    return dispatcher
+
+
+def _guard_runtime_caches():
+    """srcad's runtime helpers (njit(cache=True), called by all generated code) drop unloadable entries too."""
+    for value in vars(runtime).values():
+        if isinstance(value, Dispatcher):
+            _dropping(value)
+
+
+_guard_runtime_caches()
 
 
 def load_cached(dispatcher, args):
@@ -190,10 +274,9 @@ def load_cached(dispatcher, args):
     usual. Returns True when the overload is there afterwards; False on a cache
     miss or anything unexpected, and the caller then simply calls the dispatcher.
 
-    Numba unpickles its index and data files, and a truncated one makes every
-    later compile fail: files not the user's own are discarded first, and an
-    entry that cannot be loaded (even with the full refresh) is discarded with
-    a warning and compiled again.
+    Numba unpickles its index and data files: files not the user's own are
+    discarded first, and an entry that cannot be loaded (even with the full
+    refresh) is discarded by `_DroppingCache` and compiled again.
     """
     from numba.core.compiler_lock import global_compiler_lock
     from numba.core.runtime import rtsys
@@ -215,11 +298,7 @@ def load_cached(dispatcher, args):
             rtsys.initialize(ctx)
             cres = cache._load_overload(sig, ctx)
         except Exception:
-            try:
-                cres = cache.load_overload(sig, ctx)      # with Numba's refresh
-            except Exception as exc:
-                _discard_numba_entry(index, exc)
-                return False
+            cres = cache.load_overload(sig, ctx)      # with Numba's refresh; None where it cannot load
         if cres is None or cres.objectmode:
             return False
         try:
@@ -352,11 +431,38 @@ def new_buffer(dtype):
     return np.empty(16, dtype)
 
 
-def workspace_slots(forward):
-    """Where each workspace stack's final buffer sits in the forward's `saved`."""
-    saved = forward.facts["reverse"]["saved"]
-    return [saved.index(w) for w in forward.workspace]
+# ---- the backend --------------------------------------------------------------------------------------
 
+class NumbaCPU(Backend):
+    """The "cpu" target: the functions of this module behind the `Backend` interface."""
 
-def workspace_of(saved, slots):
-    return tuple(saved[i] for i in slots)
+    name = "cpu"
+    policy = CPU
+    errors = (nb_errors.TypingError, nb_errors.UnsupportedError, nb_errors.LoweringError)
+
+    def types(self, dispatcher, arg_types, compile_it):
+        return primal_types(dispatcher, arg_types, compile_it)
+
+    def lower(self, fn):
+        return lower_for_target(fn)
+
+    def module_source(self, functions, prefix):
+        return module_source(functions, prefix)
+
+    def function_source(self, fn, prefix):
+        return function_source(fn, prefix)
+
+    def load(self, path, source, name):
+        return import_jit(path, source, name)
+
+    def load_cached(self, dispatcher, args):
+        return load_cached(dispatcher, args)
+
+    def output_types(self, return_type, returns_tuple):
+        return output_types(return_type, returns_tuple)
+
+    def buffer_dtype(self, stack):
+        return buffer_dtype(stack)
+
+    def new_buffer(self, dtype):
+        return new_buffer(dtype)

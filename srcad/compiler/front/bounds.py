@@ -84,9 +84,12 @@ def _accesses(s):
         for x in subexpressions(e):
             if isinstance(x, Subscript) and isinstance(x.base, Name) and not is_shape_entry(x):
                 axis = 0
-                for item in x.index:
+                for k, item in enumerate(x.index):
                     if isinstance(item, Const) and item.value is None:
                         continue              # np.newaxis adds an axis of the result, not of the array
+                    if isinstance(item, Const) and item.value is Ellipsis:     # what follows counts from the end
+                        axis = -sum(1 for i in x.index[k + 1:] if not (isinstance(i, Const) and i.value is None))
+                        continue
                     if not isinstance(item, Slice):
                         found.append((x.base.id, axis, item))
                     axis += 1

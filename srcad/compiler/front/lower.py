@@ -10,7 +10,9 @@ settings such as `if ORDER > 1:`) are decided here, so the dead branch never
 reaches Numba or the adjoint. Each statement remembers the user line it came from.
 """
 import ast
-from dataclasses import replace
+import builtins
+import copy
+from dataclasses import dataclass, replace
 import inspect
 import operator
 
@@ -18,12 +20,12 @@ import numpy as np
 
 from ..ad.rules import is_elementwise
 from ..errors import TransformError, where
-from ..runtime import EXPORTS
-from ..ir import (Assign, Attribute, BinOp, Call, Compare, Const, For, Function, Global, If, Name, Names, Slice,
+from ..runtime import EXPORTS, freeze
+from ..ir import (Assign, Attribute, BinOp, Call, Compare, Const, Effect, For, Function, Global, If, Name, Names, Slice,
                   Store, Subscript, Tuple, UnaryOp, While)
 from ..ir.forms import is_atom, is_shape_entry, is_tree
 from ..ir.visit import names_in
-from .parse import all_names, canonical_callable, is_stop_gradient, load, resolve, unwrap
+from .parse import FuncInfo, all_names, canonical_callable, is_stop_gradient, load, loop_kind, resolve, unwrap
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
            ast.Pow: "**", ast.MatMult: "@", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^"}
@@ -36,8 +38,14 @@ _FOLD = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.
          ">=": operator.ge, "==": operator.eq, "!=": operator.ne, "&": operator.and_, "|": operator.or_}
 _METHODS = {"copy": ".copy", "sum": "np.sum", "mean": "np.mean", "dot": "np.dot", "max": "np.max",
             "min": "np.min", "prod": "np.prod", "transpose": "np.transpose", "ravel": "np.ravel",
-            "reshape": "np.reshape", "cumsum": "np.cumsum", "var": "np.var", "std": "np.std", "trace": "np.trace"}
+            "reshape": "np.reshape", "cumsum": "np.cumsum", "var": "np.var", "std": "np.std", "trace": "np.trace",
+            "conj": "np.conj", "conjugate": "np.conj", "argmax": "np.argmax", "argmin": "np.argmin"}
+_NOT_STATIC = object()
+_NUMBERS = (bool, int, float, np.integer, np.floating, np.bool_)
+# NumPy calls evaluated when compiling, on constant arguments: `np.finfo(np.float64).tiny`
+_STATIC_CALLS = {"np.finfo", "np.iinfo"}
 _BUILTINS = {"abs", "min", "max", "float", "int", "len", "round", "bool"}
+_UNROLLED = 64         # the longest list comprehension written out as a list literal
 # NumPy functions Numba lacks, which srcad's runtime supplies to compiled code
 _SUPPLIED = {"np.tile": "srcad.tile"}
 # parameters passed by keyword that derivative rules read by position, and their defaults
@@ -53,11 +61,14 @@ RESERVED = {"np", "math", "numba", "List", "types", "range", "len", "abs", "min"
     set(EXPORTS)
 
 
-def lower(top, nones=frozenset()):
+def lower(top, nones=frozenset(), options=None):
     """The IR Function of parsed function `top` (a FuncInfo), with everything it calls inlined. The
     parameters in `nones` are passed None: tests of them (`if w is None:`) are decided here, as for
-    module constants, so the branch that would use them as values is dropped."""
+    module constants, so the branch that would use them as values is dropped. `options` maps the
+    parameters passed strings (`method="linear"`) or functions to them: constants of this compile, as
+    in Numba."""
     ctx = _Context(top)
+    options = options or {}
     params = [a.arg for a in top.tree.args.args]
     assigned = _assigned_names(top.tree.body)
     outer = {n: ctx.names.fresh(f"{n}_", spelled=n) for n in sorted((assigned | set(params)) & RESERVED)}
@@ -66,11 +77,14 @@ def lower(top, nones=frozenset()):
     for p in params:
         if p in assigned:          # a parameter the body rebinds: the body works on a local copy
             rename[p] = copies[p] = ctx.names.fresh(f"{p}_local", spelled=p)
-    low = _Lowerer(ctx, top, rename, {}, helper=False, nones={p for p in nones if p not in copies})
+    low = _Lowerer(ctx, top, rename, {p: _Callee(pyfunc=unwrap(v)) if inspect.isfunction(unwrap(v)) else Const(v)
+                                      for p, v in options.items() if p not in copies}, helper=False,
+                   nones={p for p in nones if p not in copies})
     low.at(top.tree)
     for p, local in copies.items():
         low.assign(local, Const(None) if p in nones else Name(outer.get(p, p)))
     body, outs, is_tuple = low.function()
+    body[:0] = ctx.frozen.values()       # module-level arrays read, bound once on entry
     if not outs:
         raise top.error(top.tree, "a function that returns nothing", "return the value(s) to differentiate")
     fn = Function(top.name, [outer.get(p, p) for p in params], body, outs, is_tuple, names=ctx.names,
@@ -92,6 +106,7 @@ class _Context:
         self.loaded = {}
         self.sites = {}              # helper name -> number of call sites inlined so far
         self.tuples = {}             # local bound to a tuple -> the names of its elements
+        self.frozen = {}             # key of a module-level array read (`freeze`) -> the statement binding it
 
     def load(self, pyfunc):
         if pyfunc not in self.loaded:
@@ -108,12 +123,16 @@ def _assigned_names(stmts):
 
 
 def _contains(stmts, kinds, into_loops):
+    """Is one of `kinds` among `stmts` or the statements nested in them (not in a nested `def`, and
+    not in a loop's body unless `into_loops`)?"""
     for s in stmts:
         if isinstance(s, kinds):
             return True
+        if isinstance(s, ast.FunctionDef):
+            continue
         for field_name in ("body", "orelse"):
             sub = getattr(s, field_name, None)
-            if not sub or (isinstance(s, (ast.For, ast.While)) and not into_loops):
+            if not sub or (isinstance(s, (ast.For, ast.While)) and field_name == "body" and not into_loops):
                 continue
             if _contains(sub, kinds, into_loops):
                 return True
@@ -126,6 +145,49 @@ def _any_flag(flags):
     for f in flags[1:]:
         e = BinOp("|", e, Name(f))
     return e
+
+
+@dataclass(frozen=True, eq=False)
+class _Callee:
+    """A function known when compiling, as Numba takes functions (a constant of the compile): a Python
+    function, or a `def` inside the compiled code with the lowerer it was defined in (`definer`), whose
+    names it reads when called, as a Python closure reads them; `defaults` are evaluated where defined."""
+    pyfunc: object = None
+    info: object = None
+    definer: object = None
+    defaults: dict = None
+
+    @property
+    def key(self):
+        return self.pyfunc if self.pyfunc is not None else self.info.tree
+
+    @property
+    def name(self):
+        return self.pyfunc.__name__ if self.pyfunc is not None else self.info.name
+
+
+def _default_value(v):
+    """A helper's default value as the IR takes it: a function stays a function."""
+    return _Callee(pyfunc=unwrap(v)) if inspect.isfunction(unwrap(v)) else Const(_plain_number(v))
+
+
+def _flag_breaks(stmts, flag):
+    """`stmts` with `flag = True` before each `break` of their loop (not of loops nested in them)."""
+    out = []
+    for s in stmts:
+        if isinstance(s, ast.Break):
+            out.append(ast.copy_location(ast.Assign(targets=[ast.Name(id=flag, ctx=ast.Store())],
+                                                    value=ast.Constant(True)), s))
+            out.append(s)
+        elif isinstance(s, (ast.If, ast.For, ast.While)):
+            s = copy.copy(s)
+            if isinstance(s, ast.If):
+                s.body = _flag_breaks(s.body, flag)
+            s.orelse = _flag_breaks(s.orelse, flag)
+            out.append(s)
+        else:
+            out.append(s)
+    return out
 
 
 def _is_none(node):
@@ -180,6 +242,7 @@ class _Lowerer:
         self.ret_vars = None
         self.returns_tuple = False
         self.origin = None
+        self.defs = {}               # functions defined by `def` in this body, by name (_Callee)
 
     # ---- helpers ---------------------------------------------------------------------------------
     def err(self, node, construct, hint):
@@ -232,9 +295,8 @@ class _Lowerer:
         """(statements, output atoms, returns a tuple)."""
         fn = self.info.tree
         body = fn.body
-        early = any(isinstance(n, ast.Return) for s in body[:-1] for n in ast.walk(s)) or \
-            (body and not isinstance(body[-1], ast.Return)
-             and any(isinstance(n, ast.Return) for n in ast.walk(body[-1])))
+        early = _contains(body[:-1], ast.Return, True) or \
+            (body and not isinstance(body[-1], ast.Return) and _contains(body[-1:], ast.Return, True))
         if early:
             self.at(fn)
             self.ret_flag = self.fresh(f"{self.info.name}_returned" if self.helper else "returned")
@@ -274,8 +336,9 @@ class _Lowerer:
                 return
 
     def always_returns(self, s):
-        """Does statement `s` return on every path, its constant tests decided as `stmt_If` decides them?"""
-        if isinstance(s, ast.Return):
+        """Does statement `s` return (or raise) on every path, its constant tests decided as `stmt_If`
+        decides them?"""
+        if isinstance(s, (ast.Return, ast.Raise)):
             return True
         if not isinstance(s, ast.If):
             return False
@@ -308,6 +371,8 @@ class _Lowerer:
         pass
 
     def stmt_Expr(self, s):
+        if isinstance(s.value, ast.Constant) and isinstance(s.value.value, str):
+            return                # a string standing as a comment, as Numba ignores it
         if not isinstance(s.value, ast.Call):
             raise self.err(s, "expression statement", "assign the value to a name or remove it")
         e = self.expr(s.value)
@@ -370,8 +435,8 @@ class _Lowerer:
         """`a, (b, c) = ...`: evaluate every value first, then assign left to right."""
         pairs = []
         self.collect_pairs(target, value_node, s, pairs)
-        targets = {t.id if isinstance(t, ast.Name) else getattr(t.value, "id", None) for t, _ in pairs}
-        read = {n for _, a in pairs for n in names_in(a)}
+        targets = {self.local(t.id if isinstance(t, ast.Name) else getattr(t.value, "id", None)) for t, _ in pairs}
+        read = {n for _, a in pairs for n in names_in(a)}     # IR names: compare with the targets' IR names
         if len(pairs) > 1 and targets & read:
             pairs = [(t, a if isinstance(a, Const) else self.temp(a)) for t, a in pairs]
         for t, a in pairs:
@@ -475,6 +540,9 @@ class _Lowerer:
         return atom
 
     def stmt_For(self, s):
+        if s.orelse or not self.counted(s):
+            self.for_each(s)
+            return
         args = [self.atom(a) for a in s.iter.args]
         if len(args) == 1:
             args = [Const(0), args[0], Const(1)]
@@ -492,7 +560,8 @@ class _Lowerer:
             self.loops.append((None, cont))
             body = self.loop_body(s.body, cont, origin)
             self.loops.pop()
-            self.emit(For(var, start, stop, step, body, origin))
+            self.emit(For(var, start, stop, step, body, origin,
+                          parallel=loop_kind(self.info, s.iter.func) == "prange"))
             return
         if not (isinstance(step, Const) and step.value != 0):
             raise self.err(s, "`break` or `return` inside a for loop with a non-constant step",
@@ -514,7 +583,7 @@ class _Lowerer:
         self.stop_on_flags([f for f in (brk, self.ret_flag) if f], more.id)
         body, self.out = self.out, saved
         self.loops.pop()
-        self.emit(While(more.id, body, origin))
+        self.emit(While(more.id, body, origin, bound=Call("srcad.trip_count", (start, stop, step))))
 
     def loop_body(self, stmts, cont, origin):
         saved, self.out = self.out, []
@@ -530,6 +599,9 @@ class _Lowerer:
         self.emit(If(stop, [Assign(more, Const(False), self.origin)], [], self.origin))
 
     def stmt_While(self, s):
+        if s.orelse:
+            self.loop_else(s)
+            return
         origin = self.origin
         more = self.fresh("more")
         self.assign(more, self.test_value(s.test))
@@ -556,6 +628,183 @@ class _Lowerer:
         body, self.out = self.out, saved
         self.loops.pop()
         self.emit(While(more, body, origin))
+
+    # ---- loops over sequences, loop `else` --------------------------------------------------------
+    def counted(self, s):
+        """Is `s` a `for name in range(...)` loop (or prange), which the IR's `For` states directly?"""
+        it = s.iter
+        return isinstance(it, ast.Call) and not it.keywords and 1 <= len(it.args) <= 3 and \
+            isinstance(s.target, ast.Name) and loop_kind(self.info, it.func) is not None
+
+    def synthetic(self, value, base):
+        """An AST name that stands for the IR value `value` (bound once, never rebound)."""
+        name = self.fresh(base)
+        self.subst[name] = value
+        return ast.Name(id=name, ctx=ast.Load())
+
+    def for_each(self, s):
+        """`for target in seq:` over an array (its elements, or rows), a table of numbers, `enumerate`,
+        `zip` or `range`: a loop over range(n) whose body first binds `target` to the k-th item, as
+        Python binds it (the sequence is read once; its elements when their turn comes)."""
+        if self.counted(s):
+            self.loop_else(s)
+            return
+        n, item = self.iterable(s.iter, s)
+        k = self.fresh("k")
+        self.rename[k] = k
+        index = ast.Name(id=k, ctx=ast.Load())
+        bind = ast.copy_location(ast.Assign(targets=[s.target], value=item(index)), s)
+        header = ast.Call(func=ast.Name(id="range", ctx=ast.Load()), args=[self.synthetic(n, "n")], keywords=[])
+        loop = ast.fix_missing_locations(ast.copy_location(
+            ast.For(target=ast.Name(id=k, ctx=ast.Store()), iter=header, body=[bind] + s.body, orelse=s.orelse,
+                    type_comment=None), s))
+        self.stmt_For(loop)
+
+    def iterable(self, node, s):
+        """(length, item) of what `for` loop `s` walks: `item(k)` is the AST of its k-th element."""
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not self.is_local(node.func.id):
+            kind = resolve(self.info, node.func.id)
+            if kind[0] == "builtin" and kind[1] in ("enumerate", "zip", "range"):
+                return getattr(self, "iter_" + kind[1])(node, s)
+            if kind[0] == "builtin":
+                raise self.err(node, f"`for` over {kind[1]}(...)", "loop over indices: for i in range(len(a)): "
+                               "... a[i] ...")
+        value = self.expr(node)
+        if isinstance(value, Tuple):
+            if not all(isinstance(x, Const) for x in value.items):
+                raise self.err(node, "`for` over a tuple of values", "put them in an array, or loop over "
+                               "indices")
+            seq = self.synthetic(value, "seq")
+            return Const(len(value.items)), lambda k: ast.Subscript(value=seq, slice=k, ctx=ast.Load())
+        if isinstance(value, Const):
+            raise self.err(node, "`for` over a number", "loop over range(...) or over an array")
+        seq = self.stable(self.named(self.as_atom(value)), s.body)
+        n = Subscript(Attribute(seq, "shape"), (Const(0),))
+        seq = self.synthetic(seq, "seq")
+        return n, lambda k: ast.Subscript(value=seq, slice=k, ctx=ast.Load())
+
+    def iter_enumerate(self, node, s):
+        start = node.args[1] if len(node.args) == 2 else next((k.value for k in node.keywords if k.arg == "start"),
+                                                                 None)
+        if not 1 <= len(node.args) <= 2 or any(k.arg != "start" for k in node.keywords):
+            raise self.err(node, "this call of enumerate", "write enumerate(seq) or enumerate(seq, start)")
+        n, inner = self.iterable(node.args[0], s)
+        first = None if start is None else self.synthetic(self.stable(self.atom(start), s.body), "start")
+
+        def item(k):
+            count = k if first is None else ast.BinOp(left=first, op=ast.Add(), right=k)
+            return ast.Tuple(elts=[count, inner(k)], ctx=ast.Load())
+        return n, item
+
+    def iter_zip(self, node, s):
+        if not node.args or node.keywords:
+            raise self.err(node, "this call of zip", "write zip(a, b, ...) of arrays and ranges")
+        parts = [self.iterable(a, s) for a in node.args]
+        n = parts[0][0]
+        for m, _ in parts[1:]:
+            n = self.temp(Call("min", (n, m)), "n")
+        return n, lambda k: ast.Tuple(elts=[item(k) for _, item in parts], ctx=ast.Load())
+
+    def iter_range(self, node, s):
+        """range(...) inside zip or enumerate (or with a tuple target): its length and k-th value."""
+        if node.keywords or not 1 <= len(node.args) <= 3:
+            raise self.err(node, "this call of range", "give range one to three arguments")
+        args = [self.stable(self.atom(a), s.body) for a in node.args]
+        start, stop, step = [Const(0), args[0], Const(1)] if len(args) == 1 else (args + [Const(1)])[:3]
+        if not (isinstance(step, Const) and isinstance(step.value, int) and step.value != 0):
+            raise self.err(node, "range(...) with a step that is not a constant, in zip or enumerate",
+                           "loop over range(n) and compute the value from the index")
+        size = abs(step.value)
+        span = folded(BinOp("-", stop, start) if step.value > 0 else BinOp("-", start, stop))
+        n = span if size == 1 else folded(BinOp("//", self.as_atom(folded(BinOp("+", span, Const(size - 1)))),
+                                                Const(size)))
+        n = self.as_atom(n)
+        first = self.synthetic(start, "start")
+
+        def item(k):
+            scaled = k if size == 1 and step.value > 0 else ast.BinOp(left=k, op=ast.Mult(),
+                                                                      right=ast.Constant(step.value))
+            return scaled if start == Const(0) else ast.BinOp(left=first, op=ast.Add(), right=scaled)
+        return n, item
+
+    def loop_else(self, s):
+        """A loop with `else:`: the clause runs when the loop ends without `break` (a flag set next to
+        each `break`) or `return`."""
+        plain = copy.copy(s)
+        plain.orelse = []
+        flags = []
+        if _contains(s.body, ast.Break, False):
+            flag = self.fresh("broke_out")
+            self.rename[flag] = flag
+            self.assign(flag, Const(False))
+            plain.body = _flag_breaks(s.body, flag)
+            flags.append(flag)
+        if self.ret_flag is not None and _contains(s.body, ast.Return, True):
+            flags.append(self.ret_flag)
+        self.stmt(plain)
+        self.at(s.orelse[0])
+        if not flags:
+            self.block(s.orelse)
+            return
+        go = self.guard(flags)
+        origin = self.origin
+        self.emit(If(go, self.sub_block(s.orelse), [], origin))
+
+    # ---- raise and assert -------------------------------------------------------------------------
+    def stmt_Raise(self, s):
+        if s.exc is None:
+            raise self.err(s, "a bare `raise` (re-raising)", 'raise an exception: raise ValueError("...")')
+        if s.cause is not None and not _is_none(s.cause):
+            raise self.err(s, "`raise ... from ...`", "raise the exception alone")
+        exc, args = s.exc, []
+        if isinstance(exc, ast.Call):
+            if exc.keywords or any(isinstance(a, ast.Starred) for a in exc.args):
+                raise self.err(s, "keyword or star arguments of an exception", "pass its arguments by position")
+            exc, args = exc.func, exc.args
+        self.fail(self.exception_class(exc), args)
+
+    def stmt_Assert(self, s):
+        known = self.constant_test(s.test)
+        if known:
+            return
+        if known is None:
+            failed = self.temp(UnaryOp("not", self.condition(s.test)), "failed")
+            origin = self.origin
+            saved, self.out = self.out, []
+            self.fail(AssertionError, [s.msg] if s.msg is not None else [])
+            body, self.out = self.out, saved
+            self.emit(If(failed, body, [], origin))
+            return
+        self.fail(AssertionError, [s.msg] if s.msg is not None else [])
+
+    def exception_class(self, node):
+        """The exception class a `raise` names (a builtin, or one of a module)."""
+        obj = None
+        if isinstance(node, ast.Name) and not self.is_local(node.id):
+            obj = self.info.namespace.get(node.id, getattr(builtins, node.id, None))
+        elif isinstance(node, ast.Attribute):
+            obj = self.module_path(node)[1]
+        if not (isinstance(obj, type) and issubclass(obj, BaseException)):
+            raise self.err(node, "raising something other than an exception class",
+                           'raise a builtin or module-level exception class: raise ValueError("...")')
+        return obj
+
+    def fail(self, cls, arg_nodes):
+        """Raise `cls(*args)` here, as Python would: `runtime.fail` carries the class's import path, the
+        arguments and the line; `Checked` raises the user's exception of them."""
+        args = []
+        for a in arg_nodes:
+            if isinstance(a, ast.Constant) and isinstance(a.value, (str, int, float, bool)):
+                args.append(Const(a.value))
+            elif isinstance(a, (ast.Constant, ast.JoinedStr)) or any(
+                    isinstance(n, ast.Constant) and isinstance(n.value, (str, bytes)) for n in ast.walk(a)):
+                raise self.err(a, "a formatted or non-constant string in an exception",
+                               'give it a constant message: raise ValueError("n must be positive")')
+            else:
+                args.append(self.atom(a))
+        at = f"{where(self.origin)}: {self.origin.text}"
+        self.emit(Effect(Call("srcad.fail", (Const(f"{cls.__module__}:{cls.__qualname__}"), Tuple(tuple(args)),
+                                             Const(at))), self.origin))
 
     def test_value(self, node):
         e = self.expr(node)
@@ -593,8 +842,11 @@ class _Lowerer:
         return method(node)
 
     def expr_Constant(self, node):
-        if not isinstance(node.value, (bool, int, float)) and node.value is not None:
-            raise self.err(node, "this constant", "use numbers only")
+        if node.value is Ellipsis:
+            raise self.err(node, "`...` outside an index", "use it only in an index: U[..., k]")
+        if node.value is not None and not isinstance(node.value, (bool, int, float, complex, str)):
+            raise self.err(node, f"the constant {node.value!r}", "use numbers, strings (options compared with ==) "
+                           "or None")
         return Const(node.value)
 
     def expr_Name(self, node):
@@ -602,6 +854,9 @@ class _Lowerer:
         if n in self.nones:
             raise TypeError(f"{where(self.origin)}: argument `{n}` is None here, and `{self.origin.text}` uses it "
                             f"as a value. Hint: pass a value for `{n}`, or test `if {n} is None:` first")
+        if isinstance(self.subst.get(n), _Callee) or n in self.defs or \
+                not self.is_local(n) and resolve(self.info, n)[0] == "function":
+            raise self.err(node, f"function `{n}` used as a value", "call it, or pass it to a function it calls")
         if n in self.subst:
             return self.subst[n]
         if n in self.rename:
@@ -615,7 +870,7 @@ class _Lowerer:
         if kind[0] == "tuple":
             return Tuple(tuple(Const(_plain_number(v)) for v in kind[1]))
         if kind[0] == "array":
-            raise self.err(node, f"global array `{n}`", "pass the array as an argument")
+            return self.frozen_array(node, kind[1])
         if kind[0] == "missing":
             raise self.err(node, f"undefined name `{n}`", "define it before use")
         raise self.err(node, f"global `{n}` used as a value", "pass it as an argument")
@@ -645,8 +900,8 @@ class _Lowerer:
         return folded(UnaryOp(op, self.atom(node.operand)))
 
     def expr_Compare(self, node):
-        if any(type(op) not in _COMPARE for op in node.ops):
-            raise self.err(node, "an `in` / `not in` test", "compare values with == or a loop")
+        if len(node.ops) == 1 and isinstance(node.ops[0], (ast.In, ast.NotIn)):
+            return self.membership(node.left, node.comparators[0], isinstance(node.ops[0], ast.NotIn))
         if len(node.ops) == 1:
             known = self.none_test(node)
             if known is not None:
@@ -658,6 +913,32 @@ class _Lowerer:
             parts.append(ast.Compare(left=left, ops=[op], comparators=[right]))
             left = right
         return self.expr(ast.BoolOp(op=ast.And(), values=parts))
+
+    def membership(self, left, right, negate):
+        """`a in (1, 2)`, `a not in [x, y]`, `a in TABLE`: `a == item` for each item, or-ed (decided
+        here where they are constants)."""
+        if isinstance(right, (ast.Tuple, ast.List)):
+            items = [self.atom(e) for e in right.elts]
+        else:
+            value = self.expr(right)
+            if not isinstance(value, Tuple):
+                raise self.err(right, "`in` / `not in` on an array", "test an array with np.any(a == v); `in` "
+                               "works on tuples and list literals")
+            items = list(value.items)
+        a = self.atom(left)
+        parts = []
+        for item in items:
+            test = folded(Compare("==", a, item))
+            if isinstance(test, Const) and test.value:
+                return Const(not negate)
+            if not isinstance(test, Const):
+                parts.append(self.as_atom(test))
+        if not parts:
+            return Const(negate)
+        hit = parts[0]
+        for p in parts[1:]:
+            hit = self.as_atom(BinOp("|", hit, p))
+        return UnaryOp("not", hit) if negate else hit
 
     def none_test(self, node):
         """`w is None` / `w is not None` of a parameter passed None, decided here; else None."""
@@ -695,6 +976,76 @@ class _Lowerer:
         self.emit(If(cond, body, orelse, origin))
         return Name(t)
 
+    def expr_List(self, node):
+        return self.list_array(node)
+
+    def expr_ListComp(self, node):
+        """`[f(i) for i in range(3)]` over a sequence of constants (a range of constant bounds, a tuple
+        or list of numbers): written out as the list literal it makes, which np.array then types as
+        Numba types the list."""
+        gen = node.generators[0]
+        items = self.constant_items(gen.iter) if len(node.generators) == 1 and not gen.ifs and \
+            isinstance(gen.target, ast.Name) else None
+        if items is None or len(items) > _UNROLLED:
+            raise self.err(node, f"a list comprehension other than over a constant range or tuple (of at most "
+                           f"{_UNROLLED} items, without `if`)", "allocate the array, np.empty(n), and fill it in "
+                           "a for loop")
+        name, elems = gen.target.id, []
+        rows = isinstance(node.elt, (ast.List, ast.ListComp))      # a list of lists: np.array stacks them
+        shadowed = self.subst.get(name)
+        try:
+            for v in items:
+                self.subst[name] = Const(v)
+                elems.append(self.temp(self.expr(node.elt), "row") if rows else self.atom(node.elt))
+        finally:
+            if shadowed is None:
+                del self.subst[name]
+            else:
+                self.subst[name] = shadowed
+        return Call("np.stack" if rows else "np.array", (Tuple(tuple(elems)),))
+
+    def constant_items(self, node):
+        """The values of a sequence made of constants only (range of constants, tuple or list of
+        numbers), else None."""
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not self.is_local(node.func.id) \
+                and resolve(self.info, node.func.id) == ("builtin", "range") and not node.keywords:
+            bounds = [self.constant_of(a) for a in node.args]
+            ok = 1 <= len(bounds) <= 3 and all(isinstance(b, int) and not isinstance(b, bool) for b in bounds)
+            return list(range(*bounds)) if ok and (len(bounds) < 3 or bounds[2] != 0) else None
+        elts = node.elts if isinstance(node, (ast.Tuple, ast.List)) else None
+        if elts is None:
+            value = self.constant_of(node, whole=True)
+            return list(value) if isinstance(value, tuple) else None
+        values = [self.constant_of(e) for e in elts]
+        return values if all(isinstance(v, (bool, int, float)) for v in values) else None
+
+    def constant_of(self, node, whole=False):
+        """The constant (a tuple of them with `whole`) an expression is, when it emits nothing; else None."""
+        saved, self.out = self.out, []
+        try:
+            e = self.expr(node)
+        except TransformError:
+            e = None
+        finally:
+            emitted, self.out = self.out, saved
+        if emitted:
+            return None
+        if whole and isinstance(e, Tuple) and all(isinstance(x, Const) for x in e.items):
+            return tuple(x.value for x in e.items)
+        return e.value if isinstance(e, Const) else None
+
+    def list_array(self, node, kws=()):
+        """A list literal as the array np.array makes of it: np.array of a tuple, rows of a nested one
+        stacked (`np.array([[a, b], [c, d]])`)."""
+        if node.elts and all(isinstance(e, ast.List) for e in node.elts):
+            return Call("np.stack", (Tuple(tuple(self.temp(self.list_array(e, kws), "row") for e in node.elts)),))
+        if not node.elts:
+            raise self.err(node, "an empty list (a list grown with append)", "allocate the array, "
+                           "np.empty(n), and fill it by index")
+        if any(isinstance(e, (ast.List, ast.Starred)) for e in node.elts):
+            raise self.err(node, "a list mixing lists and values", "make every row a list")
+        return Call("np.array", (Tuple(tuple(self.atom(e) for e in node.elts)),), kws)
+
     def expr_Tuple(self, node):
         return Tuple(tuple(self.atom(e) for e in node.elts))
 
@@ -707,6 +1058,9 @@ class _Lowerer:
                 out.append(Slice(*(self.atom(p) if p is not None else None
                                    for p in (item.lower, item.upper, item.step))))
                 continue
+            if isinstance(item, ast.Constant) and item.value is Ellipsis:     # slices once ranks are known
+                out.append(Const(Ellipsis))
+                continue
             a = self.atom(item)
             if isinstance(a, Subscript) and not is_shape_entry(a):
                 a = self.temp(a, "idx")
@@ -717,12 +1071,15 @@ class _Lowerer:
         v = node.value
         if isinstance(v, ast.Attribute) and v.attr == "shape":
             return Subscript(Attribute(self.atom(v.value), "shape"), self.index(node.slice))
-        if isinstance(v, ast.Name):
+        if isinstance(v, ast.Name) or self.static_value(v) is not _NOT_STATIC:     # a tuple perhaps
             whole = self.expr(v)
             if isinstance(whole, Tuple):
                 k = node.slice.value if isinstance(node.slice, ast.Constant) else None
                 if k is None and all(isinstance(x, Const) for x in whole.items):     # a table of numbers
                     return Subscript(Const(tuple(x.value for x in whole.items)), self.index(node.slice))
+                if k is None and not isinstance(node.slice, (ast.Slice, ast.Tuple)):
+                    # a homogeneous tuple indexed by a variable: its items stacked (differentiated as np.asarray)
+                    return Subscript(self.temp(Call("np.asarray", (whole,)), "stacked"), self.index(node.slice))
                 if not isinstance(k, int) or not -len(whole.items) <= k < len(whole.items):
                     raise self.err(node, "indexing a tuple with something other than a constant in range",
                                    "index tuples with constants, or unpack them: a, b = t")
@@ -730,6 +1087,11 @@ class _Lowerer:
         base = self.atom(v)
         if not isinstance(base, Name):
             base = self.temp(base)
+        field = node.slice.value if isinstance(node.slice, ast.Constant) else None
+        if isinstance(field, str):        # a record's field, as Numba reads it: the rest reads a number
+            if not field.isidentifier():
+                raise self.err(node, f"the record field {field!r}", "name record fields as Python identifiers")
+            return self.temp(Attribute(base, field), "field")
         return Subscript(base, self.index(node.slice))
 
     def module_path(self, node):
@@ -749,35 +1111,91 @@ class _Lowerer:
         root = kind[1] if kind[1] in ("np", "math") else None
         return (".".join([root] + list(reversed(parts))) if root else None), obj
 
+    def static_value(self, node):
+        """The value of an attribute chain rooted at a module-level name (`constants.FTOL`, `cfg.N`,
+        `np.finfo(np.float64).eps`), read when compiling as Numba reads globals; `_NOT_STATIC` otherwise."""
+        if isinstance(node, ast.Name):
+            if self.is_local(node.id) or node.id not in self.info.namespace:
+                return _NOT_STATIC
+            return self.info.namespace[node.id]
+        if isinstance(node, ast.Attribute):
+            base = self.static_value(node.value)
+            return _NOT_STATIC if base is _NOT_STATIC else getattr(base, node.attr, _NOT_STATIC)
+        if isinstance(node, ast.Call) and not node.keywords:
+            fn = self.static_value(node.func)
+            args = [self.static_value(a) for a in node.args]
+            if canonical_callable(fn) in _STATIC_CALLS and _NOT_STATIC not in args:
+                try:
+                    return fn(*args)
+                except (TypeError, ValueError):
+                    return _NOT_STATIC
+        return _NOT_STATIC
+
+    def constant(self, node, value):
+        """A module-level value read when compiling: a number, a string, a tuple of numbers or a NumPy array
+        (frozen); anything else is refused, naming it."""
+        if isinstance(value, (complex, np.complexfloating)):
+            return Const(complex(value))
+        if isinstance(value, _NUMBERS):
+            return Const(_plain_number(value))
+        if isinstance(value, str):
+            return Const(value)
+        if isinstance(value, tuple) and value and all(isinstance(v, _NUMBERS) for v in value):
+            return Tuple(tuple(Const(_plain_number(v)) for v in value))
+        if isinstance(value, np.ndarray):
+            return self.frozen_array(node, value)
+        raise self.err(node, f"`{ast.unparse(node)}` (a {type(value).__name__} used as a value)",
+                       "module-level numbers, strings, tuples of numbers and NumPy arrays are read as constants "
+                       "when compiling; pass other values as arguments")
+
+    def frozen_array(self, node, value):
+        """A module-level NumPy array: read-only, its content frozen into the compiled code when first compiled
+        (as Numba freezes global arrays; the content is part of the cache key), bound once on entry."""
+        if value.dtype.kind not in "biufc":
+            raise self.err(node, f"module-level array `{ast.unparse(node)}` of dtype {value.dtype}",
+                           "pass it as an argument")
+        key = freeze(value)
+        if key not in self.ctx.frozen:
+            spelled = node.attr if isinstance(node, ast.Attribute) else node.id
+            name = self.ctx.names.fresh(spelled, spelled=spelled)
+            self.ctx.frozen[key] = Assign(name, Call("srcad.frozen_array", (Const(key),)), self.origin)
+        return Name(self.ctx.frozen[key].target)
+
     def expr_Attribute(self, node):
         path, obj = self.module_path(node)
         if path is not None and obj is None and node.attr == "newaxis":
             return Const(None)
         if path is not None and isinstance(obj, (int, float)):
             return Global(path)
-        if node.attr in ("shape", "ndim", "size", "dtype", "T") and path is None and \
-                (not isinstance(node.value, ast.Name) or self.is_local(node.value.id)):
-            base = self.named(self.atom(node.value))        # of a name, or of any array expression
-            return Call("np.transpose", (base,)) if node.attr == "T" else Attribute(base, node.attr)
-        raise self.err(node, f"attribute `.{node.attr}`", "only .shape, .ndim, .size, .dtype and .T of arrays "
-                       "and constants of math/numpy are supported; attributes of user objects are not")
+        value = self.static_value(node)
+        if value is not _NOT_STATIC:
+            return self.constant(node, value)
+        if path is not None:
+            raise self.err(node, f"`{path}` used as a value", "call it, or use it as a dtype")
+        base = self.named(self.atom(node.value))        # of a name, or of any array expression
+        if node.attr == "T":
+            return Call("np.transpose", (base,))
+        if node.attr in ("real", "imag"):               # of a float too (Numba's np.real / np.imag)
+            return Call("np." + node.attr, (base,))
+        return Attribute(base, node.attr)     # .shape, .ndim, .size, .dtype; a field of a named tuple or a record
 
     def expr_Call(self, node):
         f = node.func
         if any(k.arg is None for k in node.keywords):
             raise self.err(node, "**kwargs in a call", "pass arguments explicitly")
+        helper = self.callee(f)
+        if helper is not None:
+            return self.inline(helper, node)
         kws = tuple((k.arg, self.kw_value(k.value)) for k in node.keywords)
         if isinstance(f, ast.Name) and not self.is_local(f.id):
             kind = resolve(self.info, f.id)
-            if kind[0] == "function":
-                return self.inline(kind[1], node)
             if kind[0] == "stop_gradient":
                 return self.stop_gradient(node)
             if kind[0] == "callable":
                 return self.call(kind[1], node.args, kws)
-            if kind[0] == "builtin" and f.id in _BUILTINS:
-                return self.call(f.id, node.args, kws)
-            if kind[0] == "builtin" and f.id == "range":
+            if kind[0] == "builtin" and kind[1] in _BUILTINS:
+                return self.call(kind[1], node.args, kws)
+            if kind[0] == "builtin" and kind[1] == "range":
                 raise self.err(node, "range() outside a for loop", "use range only as `for i in range(...)`")
             raise self.err(node, f"call to `{f.id}`", "call math/NumPy functions, builtins abs/min/max/"
                            "float/int/len, or plain Python functions")
@@ -786,18 +1204,22 @@ class _Lowerer:
             if obj is not None:
                 if is_stop_gradient(obj):
                     return self.stop_gradient(node)
-                plain, canon = unwrap(obj), canonical_callable(obj)
-                if inspect.isfunction(plain) and not canon:
-                    return self.inline(plain, node)
                 if path is not None:
-                    return self.call(canon or path, node.args, kws)
-            if f.attr in _METHODS and (not isinstance(f.value, ast.Name) or self.is_local(f.value.id)):
+                    return self.call(canonical_callable(obj) or path, node.args, kws)
+            of_value = not isinstance(f.value, ast.Name) or self.is_local(f.value.id) or \
+                resolve(self.info, f.value.id)[0] == "array"
+            if f.attr in _METHODS and of_value:
                 args = list(node.args)
                 if f.attr in ("reshape", "transpose") and len(args) > 1:   # x.reshape(2, 3): np.reshape(x, (2, 3))
                     args = [ast.Tuple(elts=args, ctx=ast.Load())]
                 return self.call(_METHODS[f.attr], [f.value] + args, kws)
-            if isinstance(f.value, ast.Name) and self.is_local(f.value.id) and f.attr == "astype":
-                return Call(".astype", (self.atom(f.value),) + tuple(self.kw_value(a) for a in node.args))
+            if f.attr == "flatten" and of_value and not node.args and not kws:     # a copy, whatever the layout
+                return Call(".copy", (self.temp(Call("np.ravel", (self.named(self.atom(f.value)),))),))
+            if f.attr == "astype" and of_value:
+                return Call(".astype", (self.named(self.atom(f.value)),) + tuple(self.kw_value(a) for a in node.args))
+            if f.attr in ("append", "extend", "insert", "pop"):
+                raise self.err(node, f"a list changed with .{f.attr}(...)", "allocate the array, np.empty(n), "
+                               "and fill it by index")
         raise self.err(node, "this call", "call math/NumPy functions, plain Python functions, or the array "
                        "methods " + ", ".join(sorted(_METHODS)))
 
@@ -805,6 +1227,10 @@ class _Lowerer:
         """A call of a known function; n-ary min/max become nested binary ones (Python's tie rule: the
         first of equal values wins, as the rule for `max(a, b)` assumes)."""
         fn = _SUPPLIED.get(fn, fn)
+        if fn in ("np.array", "np.asarray") and len(args) == 1 and isinstance(args[0], ast.List):
+            return self.list_array(args[0], kws)
+        if fn in ("np.array", "np.asarray") and len(args) == 1 and isinstance(args[0], ast.ListComp) and not kws:
+            return self.expr(args[0])
         if fn in ("min", "max") and len(args) == 1 and not kws:      # of an array: its extremum
             fn = "np." + fn
         if fn == "np.clip" and len(args) == 3 and _is_none(args[2]) != _is_none(args[1]):   # one bound
@@ -853,20 +1279,88 @@ class _Lowerer:
             raise self.err(node, "stop_gradient with several arguments", "pass one value")
         return self.temp(Call("srcad.stop_gradient", (self.atom(node.args[0]),)), "stopped")
 
-    def inline(self, pyfunc, node):
-        if pyfunc in self.ctx.stack:
-            raise self.err(node, f"recursion (`{pyfunc.__name__}` calls itself)", "rewrite the recursion as a loop")
-        if node.keywords:
-            raise self.err(node, "keyword arguments to a helper function", "pass arguments by position")
-        info = self.ctx.load(pyfunc)
-        params = [a.arg for a in info.tree.args.args]
-        defaults = list(info.pyfunc.__defaults__ or ())
-        if not len(params) - len(defaults) <= len(node.args) <= len(params):
+    def callee(self, node):
+        """The function (a _Callee) a name or a module's attribute stands for, where it is one: a
+        global or module function, a `def` of this body or of an enclosing one, or a function passed
+        to this helper; else None."""
+        if isinstance(node, ast.Name):
+            n = node.id
+            if isinstance(self.subst.get(n), _Callee):
+                return self.subst[n]
+            if n in self.defs:
+                return self.defs[n]
+            if self.is_local(n):
+                return None
+            kind = resolve(self.info, n)
+            return _Callee(pyfunc=kind[1]) if kind[0] == "function" else None
+        if isinstance(node, ast.Attribute):
+            path, obj = self.module_path(node)
+            if obj is not None and not is_stop_gradient(obj) and not canonical_callable(obj) and \
+                    inspect.isfunction(unwrap(obj)):
+                return _Callee(pyfunc=unwrap(obj))
+        return None
+
+    def stmt_FunctionDef(self, s):
+        """A `def` inside the function: called, it is inlined like any helper, reading the names of
+        this body as they are at the call (a closure); its defaults are evaluated here."""
+        spec = s.args
+        if s.decorator_list or spec.vararg or spec.kwarg or spec.posonlyargs:
+            raise self.err(s, "a nested function with decorators, *args, **kwargs or positional-only "
+                           "parameters", "define it with plain parameters and no decorator")
+        if s.name in self.defs or self.is_local(s.name):
+            raise self.err(s, f"`{s.name}` defined twice, or also bound to a value", "give each function its "
+                           "own name")
+        positional = [a.arg for a in spec.args]
+        defaults = dict(zip(positional[len(positional) - len(spec.defaults):],
+                            (self.arg_value(d) for d in spec.defaults)))
+        defaults.update((a.arg, self.arg_value(d)) for a, d in zip(spec.kwonlyargs, spec.kw_defaults) if d is not None)
+        info = FuncInfo(self.info.pyfunc, s.name, self.info.filename, self.info.first_line, self.info.lines, s,
+                        self.info.namespace, helper=True)
+        self.ctx.infos.append(info)
+        self.defs[s.name] = _Callee(info=info, definer=self, defaults=defaults)
+
+    def bind_arguments(self, callee, info, node):
+        """A helper's parameters and the call's arguments for them: by position, by keyword, else
+        the parameter's default value."""
+        spec = info.tree.args
+        positional = [a.arg for a in spec.args]
+        params = positional + [a.arg for a in spec.kwonlyargs]
+        if callee.pyfunc is None:
+            defaults = callee.defaults
+        else:
+            given = info.pyfunc.__defaults__ or ()
+            defaults = {p: _default_value(v) for p, v in zip(positional[len(positional) - len(given):], given)}
+            defaults.update((p, _default_value(v)) for p, v in (info.pyfunc.__kwdefaults__ or {}).items())
+        if len(node.args) > len(positional):
             raise self.err(node, f"call to `{info.name}` with {len(node.args)} arguments "
-                           f"(it takes {len(params)})", "pass every parameter")
-        args = [self.arg_value(a) for a in node.args]
-        args += [Const(_plain_number(d)) for d in defaults[len(defaults) - (len(params) - len(args)):]] \
-            if len(args) < len(params) else []
+                           f"(it takes {len(positional)})", "pass every parameter once")
+        bound = dict(zip(positional, (self.arg_value(a) for a in node.args)))
+        for k in node.keywords:
+            if k.arg not in params or k.arg in bound:
+                raise self.err(node, f"keyword argument `{k.arg}` in a call to `{info.name}`",
+                               "name one of its parameters, once" if k.arg not in params else
+                               "give each parameter once")
+            bound[k.arg] = self.arg_value(k.value)
+        missing = [p for p in params if p not in bound and p not in defaults]
+        if missing:
+            raise self.err(node, f"call to `{info.name}` without its parameter `{missing[0]}`",
+                           "pass every parameter that has no default value")
+        return params, [bound[p] if p in bound else defaults[p] for p in params]
+
+    def inline(self, callee, node):
+        if callee.key in self.ctx.stack:
+            raise self.err(node, f"recursion (`{callee.name}` calls itself)", "rewrite the recursion as a loop")
+        pyfunc = callee.pyfunc
+        wrapped = getattr(pyfunc, "__wrapped__", None)
+        if inspect.isgeneratorfunction(wrapped):
+            raise self.err(node, f"a context manager (`{pyfunc.__name__}`, a contextlib.contextmanager) and the "
+                           "`with` statement", "enter the context outside the compiled function and call the "
+                           "compiled function inside it")
+        if wrapped is not None:
+            raise self.err(node, f"a call to `{pyfunc.__name__}`, wrapped by a decorator", "call the undecorated "
+                           "function (decorate helpers with @ad.function or @numba.njit only)")
+        info = self.ctx.load(pyfunc) if pyfunc is not None else callee.info
+        params, args = self.bind_arguments(callee, info, node)
         k = self.ctx.sites.get(info.name, 0) + 1
         self.ctx.sites[info.name] = k
         prefix = info.name if k == 1 else f"{info.name}{k}"
@@ -874,22 +1368,31 @@ class _Lowerer:
         rename, subst = {}, {}
         nones = {p for p, a in zip(params, args) if p not in assigned and a == Const(None)}
         for p, a in zip(params, args):
-            if p not in assigned and p not in nones and isinstance(a, (Name, Const, Tuple)):
+            if isinstance(a, _Callee) and p in assigned:
+                raise self.err(node, f"`{info.name}` rebinds its parameter `{p}`, a function",
+                               "bind the value to another name")
+            if p not in assigned and p not in nones and isinstance(a, (Name, Const, Tuple, _Callee)):
                 subst[p] = a
         for n in sorted(assigned | set(params)):
             if n not in subst:
                 rename[n] = self.ctx.names.fresh(f"{prefix}_{n}", spelled=n)
+        if callee.definer is not None:
+            nones |= self.captured(callee, set(params) | assigned, rename, subst)
         for p, a in zip(params, args):
             if p not in subst and p not in nones:
                 if isinstance(a, Tuple):
                     self.bind_tuple(rename[p], a, node)
                 else:
                     self.assign(rename[p], a)
-        self.ctx.stack.append(pyfunc)
+        self.ctx.stack.append(callee.key)
         self.ctx.calls += 1
         sub = _Lowerer(self.ctx, info, rename, subst, True, self.call_path + (self.ctx.calls,), nones)
-        body, outs, is_tuple = sub.function()
-        self.ctx.stack.pop()
+        if callee.definer is not None:
+            sub.defs.update((n, d) for n, d in callee.definer.defs.items() if n not in rename)
+        try:
+            body, outs, is_tuple = sub.function()
+        finally:                     # a test tried as a constant (`constant_test`) may fail half-way
+            self.ctx.stack.pop()
         self.out.extend(body)
         # a helper's returned local is dead after the call: binding it is a move, not an alias
         self.ctx.moved.update(o.id for o in outs if isinstance(o, Name) and o.id in rename.values())
@@ -897,10 +1400,31 @@ class _Lowerer:
             return Tuple(tuple(outs))
         return outs[0] if outs else Const(0)
 
+    @staticmethod
+    def captured(callee, own, rename, subst):
+        """Bind the free names of a nested function to its definer's (a closure reads them at the call);
+        returns those that are None there."""
+        definer, nones = callee.definer, set()
+        for node in ast.walk(callee.info.tree):
+            n = node.id if isinstance(node, ast.Name) else None
+            if n is None or n in own:
+                continue
+            if n in definer.subst:
+                subst[n] = definer.subst[n]
+            elif n in definer.rename:
+                rename[n] = definer.rename[n]
+            if n in definer.nones:
+                nones.add(n)
+        return nones
+
     def arg_value(self, node):
-        """A helper's argument: an atom, or a tuple of atoms (passed whole); None passed on as None."""
+        """A helper's argument: an atom, a tuple of atoms (passed whole), or a function (a _Callee);
+        None passed on as None."""
         if isinstance(node, ast.Name) and node.id in self.nones:
             return Const(None)
+        function = self.callee(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
+        if function is not None:
+            return function
         e = self.expr(node)
         if isinstance(e, Tuple):
             return Tuple(tuple(self.as_atom(x) for x in e.items))

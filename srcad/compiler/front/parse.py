@@ -11,6 +11,7 @@ import math
 import textwrap
 from dataclasses import dataclass, field
 
+import numba
 import numpy as np
 
 from ...source import StaleSourceError, capture_source
@@ -85,15 +86,14 @@ def load(pyfunc, helper=False):
 
 _REFUSED = {
     ast.Try: ("try/except", "move error handling outside the compiled function"),
-    ast.With: ("`with` statement", "move context managers outside the compiled function"),
+    ast.With: ("`with` statement (a context manager)", "enter the context outside the compiled function and "
+               "call the compiled function inside it"),
     ast.Lambda: ("lambda", "define a named helper function with `def` at module level"),
     ast.GeneratorExp: ("generator expression", "write an explicit `for` loop over range(...)"),
-    ast.ListComp: ("list comprehension", "write an explicit `for` loop filling a NumPy array"),
     ast.SetComp: ("set comprehension", "write an explicit loop filling a NumPy array"),
     ast.DictComp: ("dict comprehension", "write an explicit loop filling a NumPy array"),
     ast.Dict: ("dict", "use NumPy arrays or separate variables"),
     ast.Set: ("set", "use NumPy arrays or separate variables"),
-    ast.List: ("list literal", "use np.zeros(n) and fill it, or pass a NumPy array"),
     ast.ClassDef: ("class definition", "define classes outside the compiled function"),
     ast.Global: ("`global` statement", "pass the value as an argument and return the new value"),
     ast.Nonlocal: ("`nonlocal` statement", "pass the value as an argument and return the new value"),
@@ -101,11 +101,8 @@ _REFUSED = {
     ast.YieldFrom: ("yield from", "return an array of results instead of a generator"),
     ast.Await: ("await", "compiled functions are synchronous"),
     ast.AsyncFunctionDef: ("async function", "compiled functions are synchronous"),
-    ast.FunctionDef: ("nested function definition", "define the helper at module level"),
     ast.JoinedStr: ("string formatting", "compiled functions work on numbers only"),
     ast.Delete: ("`del` statement", "just stop using the variable"),
-    ast.Raise: ("raise", "check inputs before calling the compiled function"),
-    ast.Assert: ("assert", "check inputs before calling the compiled function"),
     ast.Import: ("import inside the function", "import at module level"),
     ast.ImportFrom: ("import inside the function", "import at module level"),
     ast.Starred: ("star-unpacking", "unpack explicitly: a, b = t[0], t[1]"),
@@ -117,32 +114,46 @@ _REFUSED = {
 def fence(info):
     """Refuse unsupported constructs up front, naming line and construct."""
     fn = info.tree
-    if fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs or fn.args.posonlyargs:
-        raise info.error(fn, "*args, **kwargs, keyword-only or positional-only parameters",
-                         "give the compiled function plain parameters (default values are fine)")
+    if fn.args.vararg or fn.args.kwarg or fn.args.posonlyargs or (fn.args.kwonlyargs and not info.helper):
+        raise info.error(fn, "*args, **kwargs, positional-only parameters, or keyword-only parameters of "
+                         "the compiled function", "give the compiled function plain parameters (default values "
+                         "are fine; helpers it calls may have keyword-only ones)")
     body = list(fn.body)
     if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
             and isinstance(body[0].value.value, str):
         body = body[1:]
         fn.body = body or [ast.Pass()]
     for stmt in body:
-        for node in ast.walk(stmt):
+        for node in _fenced_nodes(stmt):
             kind = _REFUSED.get(type(node))
             if kind:
                 raise info.error(node, kind[0], kind[1])
-            if isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)):
-                raise info.error(node, "string", "compiled functions work on numbers and arrays only")
-            if isinstance(node, (ast.For, ast.While)) and node.orelse:
-                raise info.error(node, "`else` clause on a loop", "use a flag variable")
-            if isinstance(node, ast.For):
-                it = node.iter
-                if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
-                        and not it.keywords and 1 <= len(it.args) <= 3
-                        and resolve(info, "range") == ("builtin", "range")):
-                    raise info.error(node, "`for` over something other than range(...)",
-                                     "loop over indices: for i in range(len(a)): ... a[i] ...")
-                if not isinstance(node.target, ast.Name):
-                    raise info.error(node, "`for` with a tuple target", "use a single loop index")
+
+
+def _fenced_nodes(stmt):
+    """The nodes of `stmt` the fence looks at: all of them but the exception and message of a
+    `raise` / `assert`, which lowering checks (a formatted message is refused there, with its own hint)."""
+    todo = [stmt]
+    while todo:
+        node = todo.pop()
+        yield node
+        if isinstance(node, ast.Raise):
+            continue
+        todo.extend(n for n in ast.iter_child_nodes(node) if not (isinstance(node, ast.Assert) and n is node.msg))
+
+
+def loop_kind(info, func):
+    """What a `for` header calls: "range" (the builtin), "prange" (`numba.prange`, by any name or
+    through the numba module), else None."""
+    if isinstance(func, ast.Name):
+        meaning = resolve(info, func.id)
+        if meaning == ("builtin", "range"):
+            return "range"
+        return "prange" if meaning[0] == "unknown" and meaning[1] is numba.prange else None
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        module = info.namespace.get(func.value.id)
+        return "prange" if inspect.ismodule(module) and getattr(module, func.attr, None) is numba.prange else None
+    return None
 
 
 _MODULES = {"np": np, "math": math}
@@ -200,14 +211,15 @@ def resolve(info, name):
     plain = unwrap(value)
     if inspect.isfunction(plain):
         return ("function", plain)
-    if value is getattr(builtins, name, None):
-        return ("builtin", name)
+    spelled = getattr(value, "__name__", None)
+    if isinstance(spelled, str) and getattr(builtins, spelled, None) is value:     # `xrange = range` too
+        return ("builtin", spelled)
     return ("unknown", value)
 
 
 def all_names(tree):
     """Every identifier used in a function (to keep generated names fresh)."""
-    names = {a.arg for a in tree.args.args}
+    names = {a.arg for a in tree.args.args + tree.args.kwonlyargs}
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
             names.add(node.id)

@@ -213,21 +213,26 @@ class If(Stmt):
 
 @dataclass(eq=False)
 class For(Stmt):
-    """`for var in range(start, stop, step)`; the bounds are read once, on entry."""
+    """`for var in range(start, stop, step)`; the bounds are read once, on entry. `parallel`: the
+    iterations may run at once (`numba.prange`): each binds its own names, and writes no element
+    another iteration reads or writes, except sums (`s += v`) that Numba combines as reductions."""
     var: str
     start: Expr
     stop: Expr
     step: Expr
     body: list
     origin: Optional[Origin] = None
+    parallel: bool = False
 
 
 @dataclass(eq=False)
 class While(Stmt):
-    """`while cond:`, `cond` a name the body assigns."""
+    """`while cond:`, `cond` a name the body assigns. `bound`: the most iterations it can run, read on
+    entry (a `for` loop with a `break` becomes a while loop bounded by its range), None if unknown."""
     cond: str
     body: list
     origin: Optional[Origin] = None
+    bound: Optional[Expr] = None
 
 
 @dataclass(eq=False)
@@ -267,10 +272,13 @@ class Reserve(Stmt):
 class Stack:
     """A stack of saved values: `item` is a Numba type, a scalar's or an array's (arrays are saved
     as they are: a rebound name's old array, or a copy of an overwritten region); `top` names its
-    height. `checked`: pushes may come without a `Reserve` (in while loops), so each must make room."""
+    height. `checked`: pushes may come without a `Reserve` (in while loops), so each must make room.
+    `size`: how many values one run pushes, known before the run (a `saving.SaveSize`; set where the
+    target's storage cannot grow, see `saving.Policy`)."""
     item: object
     top: str
     checked: bool = False
+    size: object = None
 
 
 class Names:

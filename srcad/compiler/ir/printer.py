@@ -174,7 +174,8 @@ class Printer:
                 self.block(w, s.orelse, indent + 1)
             w.end_block()
         elif isinstance(s, For):
-            self.compound(w, indent, f"for {s.var} in {self.expr(Call('range', range_args(s)))}:", s.body, s.origin)
+            loop = Call("numba.prange" if s.parallel else "range", range_args(s))
+            self.compound(w, indent, f"for {s.var} in {self.expr(loop)}:", s.body, s.origin)
         elif isinstance(s, While):
             self.compound(w, indent, f"while {s.cond}:", s.body, s.origin)
         else:

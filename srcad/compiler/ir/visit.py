@@ -137,7 +137,7 @@ def own_exprs(s):
     if isinstance(s, For):
         return [s.start, s.stop, s.step]
     if isinstance(s, While):
-        return [Name(s.cond)]
+        return [Name(s.cond)] + ([s.bound] if s.bound is not None else [])
     if isinstance(s, Push):
         return [s.value]
     if isinstance(s, Effect):
@@ -221,6 +221,8 @@ def map_exprs(s, fn):
         s.target = fn(s.target)
     elif isinstance(s, Reserve):
         s.count = fn(s.count)
+    elif isinstance(s, While) and s.bound is not None:
+        s.bound = fn(s.bound)
     return s
 
 

@@ -69,7 +69,7 @@ def _live_before(s, live, marks):
             head |= new
         return head | _gen(s)
     if isinstance(s, While):
-        head = set(live) | {s.cond}
+        head = set(live) | {s.cond} | (names_in(s.bound) if s.bound is not None else set())
         while True:
             new = head | live_in(s.body, head, marks)
             if new <= head:

@@ -1,0 +1,241 @@
+"""What a transform hands back and how it is called: the calling convention of compiled code.
+
+`Transformed` holds the compiled primal, forward and adjoint of one function
+for one signature and calls them as `@ad.function` and the tests do: the
+forward gets buffers for its stacks (kept from call to call in a small pool,
+given back when the `Saved` holding them is dropped) and hands back `None`
+for optional outputs; the adjoint gets what the forward saved. `Checked`
+restates the target compiler's errors and failed index checks on the user's
+line; `LazyPrimal` compiles the plain primal only when it is first called.
+The target-specific parts (buffers, typing, loading) are the `Backend`'s.
+"""
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from .backends import cache
+from .errors import from_numba, user_exception
+from .front.bounds import site_message
+from .runtime import Raised
+
+COMPILE_LOCK = threading.RLock()      # one compile at a time in a process (transforms and lazy primals)
+
+
+@dataclass
+class IR:
+    """The primal, forward and adjoint of a transform as IR, before target lowering: what another
+    target prints, or what a later transform differentiates or inlines."""
+    primal: object
+    forward: object
+    adjoint: object
+
+
+class Transformed:
+    """The compiled primal, forward and adjoint of one function for one signature.
+
+    * ``primal(*args)`` returns exactly what the user function returns (compiled on first use).
+    * ``forward(*args)`` returns ``(outputs, saved)``: ``outputs`` as from ``primal``, ``saved`` an
+      opaque value for the adjoint. Its stacks are buffers of earlier calls, given back when their
+      `saved` is dropped, so repeated gradients do not allocate their saves afresh.
+    * ``adjoint(*args, saved, d_out)`` returns one gradient per *active* argument, in argument order;
+      ``d_out`` has the structure of the outputs (one float or array, or a tuple). Gradients have the
+      argument's shape and dtype (float32 scalars: float32). It leaves ``saved`` as it was, so it may
+      run more than once (persistent tapes).
+
+    ``returns_tuple``, ``n_outputs`` and ``output_types`` describe the outputs; ``source(kind)`` gives
+    the generated code of "primal", "forward" or "adjoint"; ``written_params`` names the parameters the
+    function writes into (an argument sharing memory with one of them is refused by the caller);
+    ``dispatchers`` are the three compiled functions; ``ir`` the IR before target lowering (`IR`);
+    ``backend`` the target it was compiled for; ``from_cache`` whether it was loaded from the disk
+    cache instead of generated.
+    """
+
+    def __init__(self, name, primal, forward, adjoint, meta, active, backend, output_types=None, ir=None,
+                 from_cache=False):
+        self.name = name
+        self.primal = primal
+        self._forward, self._adjoint = forward, adjoint
+        self.backend = backend
+        self.sources = meta["sources"]
+        self.returns_tuple = meta["returns_tuple"]
+        self.n_outputs = meta["n_outputs"]
+        self.output_types = output_types if output_types is not None else [None] * self.n_outputs
+        self.active = active
+        self.from_cache = from_cache
+        self.written_params = tuple(meta["written_params"])
+        self._ir = ir                                       # an IR, or how to make it again
+        self._workspace = list(meta["workspace"])          # dtypes of the forward's scalar stacks
+        self._slots = tuple(meta["slots"])                  # where their final buffers sit in `saved`
+        self._once = meta["once_per_forward"]               # the adjoint restores shared buffers in place
+        self.restores_in_place = self._once                 # ...perhaps the arguments': `function` hands it copies
+        self._optional = [tuple(o) for o in meta["optional_outputs"]]   # (output, slot of its flag, ndim, dtype)
+        self._pool = []
+        self.derived = {}                                   # functions derived from it (`derived.py`)
+
+    @property
+    def ir(self):
+        """The primal, forward and adjoint IR before target lowering (an `IR`); where the compiled code
+        came from the disk cache, generated again (without compiling) on first use."""
+        if callable(self._ir):
+            with COMPILE_LOCK:
+                if callable(self._ir):
+                    self._ir = self._ir()
+        return self._ir
+
+    def forward(self, *args):
+        try:
+            buffers = self._pool.pop()
+        except IndexError:
+            buffers = tuple(self.backend.new_buffer(d) for d in self._workspace)
+        inputs = _copies(args) if self._once else None
+        outputs, saved = self._forward(*args, *buffers)
+        if self._optional:
+            outputs = self._none_where_flagged(outputs, saved)
+        return outputs, Saved(saved, self, inputs) if self._workspace or self._once else saved
+
+    def _none_where_flagged(self, outputs, saved):
+        """Outputs that may be None are None where the forward's flag says so (it computed a placeholder)."""
+        outs = list(outputs) if self.returns_tuple else [outputs]
+        for k, slot, _, _ in self._optional:
+            if saved[slot]:
+                outs[k] = None
+        return tuple(outs) if self.returns_tuple else outs[0]
+
+    def cotangent_of_none(self, k, lead=()):
+        """What the adjoint takes as the cotangent of output `k` where it is None (it is not used)."""
+        ndim, dtype = next((ndim, dtype) for j, _, ndim, dtype in self._optional if j == k)
+        return np.zeros(tuple(lead) + (0,) * ndim, dtype)
+
+    def release(self, saved):
+        """Keep the stack buffers of a `saved` nobody needs any more, for the next forward."""
+        if len(self._pool) < 2:
+            self._pool.append(tuple(saved[i] for i in self._slots))
+
+    def adjoint(self, *args):
+        *values, saved, d_out = args
+        d_outs = d_out if self.returns_tuple else (d_out,)
+        if isinstance(saved, Saved):
+            if self._once and saved.used:     # the last adjoint took the buffers back: run the forward again
+                buffers = (self.backend.new_buffer(d) for d in self._workspace)
+                saved.values = self._forward(*_copies(saved.inputs), *buffers)[1]
+            saved.used = True
+            saved = saved.values
+        return self._adjoint(*values, *saved, *d_outs)
+
+    @property
+    def dispatchers(self):
+        return (self.primal, self._forward, self._adjoint)
+
+    def source(self, kind="adjoint"):
+        if kind not in self.sources:
+            raise ValueError(f"kind must be one of {sorted(self.sources)}, got {kind!r}")
+        return self.sources[kind]
+
+    def __repr__(self):
+        return f"<Transformed {self.name} outputs={self.n_outputs} active={self.active} target={self.backend.name}>"
+
+
+def _copies(args):
+    """The arguments of a call, arrays copied (what a forward that writes into them may run on again)."""
+    return tuple(np.copy(a) if isinstance(a, np.ndarray) else a for a in args)
+
+
+class Saved:
+    """What a forward saved for its adjoint. When it is dropped (the tape node that held it is gone),
+    its stack buffers go back to the function for the next forward instead of back to the OS."""
+
+    __slots__ = ("values", "used", "inputs", "_owner")
+
+    def __init__(self, values, owner, inputs=None):
+        self.values = values
+        self.used = False
+        self.inputs = inputs          # the arguments as the forward got them, where it may have to run again
+        self._owner = owner
+
+    def __del__(self):
+        try:
+            if self._owner._workspace:
+                self._owner.release(self.values)
+        except Exception:      # interpreter shutdown: nothing to keep them for
+            pass
+
+
+class Checked:
+    """A compiled function whose errors name the user's function and line instead of the generated
+    code: the target compiler's errors, and the index checks of `front.bounds` (`sites`). Attributes
+    are the dispatcher's."""
+
+    def __init__(self, dispatcher, path, origins, name, backend, sites=()):
+        self.dispatcher = dispatcher
+        self._where = (path, origins, name)
+        self._backend = backend
+        self._sites = sites
+        self._try_cache = True
+
+    def __call__(self, *args):
+        if self._try_cache:
+            self._try_cache = False     # first call: a light (and checked) load from the disk cache
+            self._backend.load_cached(self.dispatcher, args)
+        try:
+            return self.dispatcher(*args)
+        except self._backend.errors as exc:
+            raise from_numba(exc, *self._where) from None
+        except IndexError as exc:
+            raise IndexError(site_message(self._where[2], self._sites, exc)) from None
+        except Raised as exc:
+            raise user_exception(exc) from None
+
+    def __getattr__(self, name):
+        return getattr(self.dispatcher, name)
+
+
+_PRIMALS = {}
+
+
+def primal_of(fn, arg_types, root, backend):
+    """The primal's module (of `fn`, printed as it is), written once per signature and target (shared
+    by every active mask), compiled when first called."""
+    src, origins = backend.module_source([fn], f"{fn.name}_primal")
+    path = root / f"{fn.name}_{cache.cache_key(src, arg_types, (), backend.key())}_primal.py"
+    cache.write_module(path, src)
+    primal = _PRIMALS.get(path)
+    if primal is None:
+        sites = fn.facts.get("bounds", {}).get("sites", [])
+        primal = _PRIMALS[path] = LazyPrimal(path, src, origins, fn.name, sites, backend)
+    return primal
+
+
+class LazyPrimal:
+    """The plain compiled primal, imported and compiled (or loaded from the disk cache) only when
+    first used: the gradient path never needs it. Calls and attributes are a `Checked` dispatcher's."""
+
+    def __init__(self, path, source, origins, name, sites, backend):
+        self.path, self.source, self.origins, self.name, self.sites = path, source, origins, name, sites
+        self.backend = backend
+        self._checked = None
+
+    @property
+    def text(self):
+        """The primal function's source, without the module's header."""
+        return self.source[self.source.index("def "):]
+
+    @property
+    def checked(self):
+        with COMPILE_LOCK:
+            if self._checked is None:
+                dispatcher = self.backend.load(self.path, self.source, self.name)
+                self._checked = Checked(dispatcher, self.path, self.origins, self.name, self.backend, self.sites)
+        return self._checked
+
+    @property
+    def dispatcher(self):
+        return self.checked.dispatcher
+
+    def __call__(self, *args):
+        return (self._checked or self.checked)(*args)
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.checked.dispatcher, name)

@@ -1,0 +1,100 @@
+"""Functions derived from a compiled transform, for derivatives beyond one reverse sweep.
+
+* `tangent_of(transformed)`: forward mode, `f_tangent(*args, *tangents) ->
+  (*outputs, *output_tangents)` (one tangent per active argument), from the
+  tangent pass (`ad/forward.py`) over the transform's primal IR;
+* `gradient_of(transformed, d_out_types, active)`: the gradient function
+  `f_vjp(*args, *d_outs) -> gradients` (`ad/vjp.py`: the forward's statements,
+  then the adjoint's) transformed again as IR (`driver.transform_function`):
+  its forward and adjoint give second derivatives, its own `gradient_of` the
+  third, and its `tangent_of` Hessian-vector products (forward over reverse).
+
+Both are made once per transform and arguments (kept on the `Transformed`)
+and compiled under the compile lock; the printed code goes to the disk cache
+by its content.
+"""
+from .ad.forward import tangent
+from .ad.vjp import vjp_function
+from .analysis.aliasing import analyse_aliasing
+from .backends import cache
+from .compiled import COMPILE_LOCK, Checked
+from .opt.cleanup import eliminate_dead_code, fold_constants, simplify
+from .pipeline import copy_function
+
+
+class Tangent:
+    """A compiled tangent function: ``tangent(*args, *tangents)`` returns ``(outputs, output_tangents)``,
+    each a tuple with one entry per output; ``source`` is its code."""
+
+    def __init__(self, dispatcher, n_outputs, source):
+        self._dispatcher = dispatcher
+        self.n_outputs = n_outputs
+        self.source = source
+
+    def __call__(self, *args):
+        result = self._dispatcher(*args)
+        return result[:self.n_outputs], result[self.n_outputs:]
+
+
+def tangent_of(transformed):
+    """The `Tangent` of `transformed` (for its active arguments), compiled on first use."""
+    return _once(transformed, ("tangent, compiled",), lambda: _compile_tangent(transformed))
+
+
+def tangent_function(transformed):
+    """The tangent of `transformed` as IR (cleaned up, before target lowering), made once."""
+    def made():
+        fn = analyse_aliasing(tangent(copy_function(transformed.ir.primal)), [])
+        for step in (fold_constants, simplify, eliminate_dead_code):   # (the aliasing facts keep the
+            step(fn)                                                     # writes into shared memory)
+        return fn
+    return _once(transformed, ("tangent, IR",), made)
+
+
+def _compile_tangent(transformed):
+    backend = transformed.backend
+    fn = copy_function(tangent_function(transformed))
+    readable = backend.function_source(copy_function(fn), transformed.name)
+    backend.lower(fn)
+    source, origins = backend.module_source([fn], transformed.name)
+    path = cache.cache_dir() / f"{fn.name}_{cache.content_hash(source)[:20]}.py"
+    cache.write_module(path, source)
+    sites = transformed.ir.primal.facts.get("bounds", {}).get("sites", [])
+    dispatcher = Checked(backend.load(path, source, fn.name), path, origins, transformed.name, backend, sites)
+    return Tangent(dispatcher, transformed.n_outputs, readable)
+
+
+def tangent_transform(transformed, arg_types, active):
+    """The tangent function of `transformed` (arguments: the function's, then one tangent per active
+    argument) as a `Transformed` of its own, to differentiate tangents again."""
+    return _derived(transformed, "tangent", arg_types, active, lambda: tangent_function(transformed))
+
+
+def gradient_of(transformed, arg_types, active):
+    """The gradient function of `transformed` (arguments: the function's, then one cotangent per output;
+    `arg_types` their types, `active` which are differentiated) as a `Transformed` of its own."""
+    return _derived(transformed, "gradient", arg_types, active,
+                    lambda: vjp_function(transformed.ir.forward, transformed.ir.adjoint))
+
+
+def _derived(transformed, kind, arg_types, active, function_ir):
+    """`driver.transform_function` of the IR `function_ir()` derived from `transformed`, once per kind,
+    argument types and active mask."""
+    from .driver import transform_function
+
+    return _once(transformed, (kind, tuple(arg_types), tuple(active)),
+                 lambda: transform_function(function_ir(), arg_types, active, target=transformed.backend.name))
+
+
+def _once(transformed, key, make):
+    """`make()`, kept on `transformed` under `key` (made once, under the compile lock)."""
+    made = transformed.derived.get(key)
+    if made is None:
+        with COMPILE_LOCK:
+            made = transformed.derived.get(key)
+            if made is None:
+                made = transformed.derived[key] = make()
+    return made
+
+
+__all__ = ["Tangent", "gradient_of", "tangent_function", "tangent_of", "tangent_transform"]

@@ -1,0 +1,199 @@
+"""Compiled segments at any order through the tape: nested tapes, jacobians of gradients (full Hessians),
+accumulators around tapes (Hessian-vector products) and third derivatives over `@ad.function` calls, on the
+corpus and regression kernels, each against finite differences of the order below."""
+import inspect
+
+import numpy as np
+import pytest
+
+import corpus
+import test_regressions
+import srcad as ad
+from corpus import decorated
+from srcad.testing import finite_differences, fresh
+
+rng = np.random.default_rng(21)
+
+
+def bound(case):
+    args = case.make_args()
+    b = inspect.signature(case.fn).bind(*args)
+    b.apply_defaults()
+    return tuple(b.args), [k for k in case.active]
+
+
+def weights_like(values, seed):
+    r = np.random.default_rng(seed)
+    return [None if v is None else r.uniform(0.5, 1.5, np.shape(v)) for v in values]
+
+
+def _outputs(out):
+    return list(out) if isinstance(out, tuple) else [out]
+
+
+def _weighted(outs, ws):
+    total = 0.0
+    for o, w in zip(outs, ws):
+        if o is not None and w is not None:
+            total = total + np.sum(o * w)
+    return total
+
+
+def first_gradient(f, args, active, ws):
+    """The tape gradient of sum(w * f(args)) in the active arguments (NumPy values)."""
+    sources = [ad.constant(np.asarray(args[i], np.float64)) for i in active]
+    call = list(fresh(args))
+    for i, s in zip(active, sources):
+        call[i] = s
+    with ad.GradientTape() as tape:
+        tape.watch(sources)
+        y = _weighted(_outputs(f(*call)), ws)
+    return [g.numpy() for g in tape.gradient(y, sources, unconnected_gradients="zero")]
+
+
+def check_second_order(case):
+    """d/dx <u, grad(x)> by nested tapes over the compiled function, against FD of the tape gradient."""
+    f = decorated(case)
+    args, active = bound(case)
+    ws = weights_like(_outputs(case.fn(*fresh(args))), seed=1)
+    us = weights_like([args[i] for i in active], seed=2)
+    sources = [ad.constant(np.asarray(args[i], np.float64)) for i in active]
+    call = list(fresh(args))
+    for i, s in zip(active, sources):
+        call[i] = s
+    with ad.GradientTape() as outer:
+        outer.watch(sources)
+        with ad.GradientTape() as inner:
+            inner.watch(sources)
+            y = _weighted(_outputs(f(*call)), ws)
+        grads = inner.gradient(y, sources, unconnected_gradients="zero")
+        q = _weighted(grads, us)
+    second = outer.gradient(q, sources, unconnected_gradients="zero")
+
+    def phi(values):
+        return _weighted(first_gradient(f, values, active, ws), us)
+    for k, i in enumerate(active):
+        np.testing.assert_allclose(second[k].numpy(), finite_differences(phi, tuple(args), i), rtol=1e-5, atol=1e-6,
+                                   err_msg=f"{case.name}: second derivative in argument {i}")
+
+
+SECOND_ORDER = ["energy", "loop_range1", "while_bounded", "loop_break", "branch_in_loop", "nested_loops",
+                "arr_recurrence_inplace", "arr_slice_write", "arr_matvec", "softmax_xent", "heat_explicit",
+                "rk4_lotka_volterra", "helper_in_loop", "arr_overwrite_repeated", "s_float32"]
+
+
+@pytest.mark.parametrize("name", SECOND_ORDER)
+def test_nested_tapes_over_corpus_kernels(name):
+    check_second_order(corpus.case_by_name(name))
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.name) for c in test_regressions.CASES
+                                  if not c.name.startswith("products_and_moments")
+                                  and not c.name.startswith("optional")])
+def test_nested_tapes_over_regression_kernels(case):
+    check_second_order(case)
+
+
+# ---- Hessians, HVPs and third order of one kernel ------------------------------------------------------
+
+@ad.function
+def lotka_volterra_loss(p, y0, n, dt):
+    """RK4 of the Lotka-Volterra system; the loss is the squared end state."""
+    a, b, c, d = p[0], p[1], p[2], p[3]
+    x, y = y0[0], y0[1]
+    for _ in range(n):
+        k1x, k1y = a * x - b * x * y, d * x * y - c * y
+        x2, y2 = x + 0.5 * dt * k1x, y + 0.5 * dt * k1y
+        k2x, k2y = a * x2 - b * x2 * y2, d * x2 * y2 - c * y2
+        x3, y3 = x + 0.5 * dt * k2x, y + 0.5 * dt * k2y
+        k3x, k3y = a * x3 - b * x3 * y3, d * x3 * y3 - c * y3
+        x4, y4 = x + dt * k3x, y + dt * k3y
+        k4x, k4y = a * x4 - b * x4 * y4, d * x4 * y4 - c * y4
+        x = x + dt / 6.0 * (k1x + 2.0 * k2x + 2.0 * k3x + k4x)
+        y = y + dt / 6.0 * (k1y + 2.0 * k2y + 2.0 * k3y + k4y)
+    return x * x + y * y
+
+
+P0, Y0 = np.array([1.1, 0.4, 0.4, 0.1]), np.array([10.0, 5.0])
+
+
+def rk4_gradient(p):
+    return first_gradient(lotka_volterra_loss, (p, Y0, 200, 0.01), [0], [1.0])[0]
+
+
+def rk4_hessian():
+    p = ad.constant(P0)
+    with ad.GradientTape() as outer:
+        outer.watch(p)
+        with ad.GradientTape() as inner:
+            inner.watch(p)
+            y = lotka_volterra_loss(p, Y0, 200, 0.01)
+        g = inner.gradient(y, p)
+    return outer.jacobian(g, p).numpy()
+
+
+def test_full_hessian_of_rk4_by_jacobian_of_the_gradient():
+    H = rk4_hessian()
+    assert H.shape == (4, 4)
+    np.testing.assert_allclose(H, H.T, rtol=1e-9, atol=1e-9 * np.abs(H).max())
+    fd = np.stack([finite_differences(lambda a: rk4_gradient(a[0]), (P0,), 0)[:, k] for k in range(4)])
+    np.testing.assert_allclose(H, fd, rtol=1e-5, atol=1e-6 * np.abs(H).max())
+
+
+def test_accumulator_around_a_tape_gives_hvp_of_rk4():
+    v = np.array([0.3, -1.0, 0.5, 2.0])
+    p = ad.constant(P0)
+    with ad.ForwardAccumulator(p, v) as acc:
+        with ad.GradientTape() as tape:
+            tape.watch(p)
+            y = lotka_volterra_loss(p, Y0, 200, 0.01)
+        g = tape.gradient(y, p)
+    np.testing.assert_allclose(acc.jvp(g).numpy(), rk4_hessian() @ v, rtol=1e-9)
+
+
+def test_third_derivatives_through_three_tapes():
+    u = np.array([0.2, -0.5, 1.0, 0.7])
+    p = ad.constant(P0)
+    with ad.GradientTape() as t3:
+        t3.watch(p)
+        with ad.GradientTape() as t2:
+            t2.watch(p)
+            with ad.GradientTape() as t1:
+                t1.watch(p)
+                y = lotka_volterra_loss(p, Y0, 50, 0.01)
+            gu = np.sum(t1.gradient(y, p) * u)
+        ugu = np.sum(t2.gradient(gu, p) * u)
+    third = t3.gradient(ugu, p).numpy()
+
+    def second(a):
+        q = ad.constant(a[0])
+        with ad.GradientTape() as outer:
+            outer.watch(q)
+            with ad.GradientTape() as inner:
+                inner.watch(q)
+                y = lotka_volterra_loss(q, Y0, 50, 0.01)
+            gu = np.sum(inner.gradient(y, q) * u)
+        return float(np.sum(outer.gradient(gu, q).numpy() * u))
+    np.testing.assert_allclose(third, finite_differences(second, (P0,), 0), rtol=1e-5, atol=1e-6)
+
+
+def test_a_function_writing_into_an_argument_is_differentiated_again_as_called():
+    @ad.function
+    def scaled_into(x, out):
+        for i in range(x.shape[0]):
+            out[i] += x[i] * x[i]
+        return np.sum(out * x)
+
+    x0 = np.array([0.5, -1.0, 2.0])
+    out = np.array([1.0, 2.0, 3.0])
+    x = ad.constant(x0)
+    with ad.GradientTape() as outer:
+        outer.watch(x)
+        with ad.GradientTape() as inner:
+            inner.watch(x)
+            y = scaled_into(x, out)
+        g = inner.gradient(y, x)
+    np.testing.assert_allclose(out, [1.25, 3.0, 7.0])            # written once, as in Python
+    # y = sum((o + x^2) x): dy/dx = o + 3 x^2, d2y/dx2 = diag(6 x)
+    np.testing.assert_allclose(g.numpy(), np.array([1.0, 2.0, 3.0]) + 3 * x0 ** 2)
+    np.testing.assert_allclose(outer.jacobian(g, x).numpy(), np.diag(6 * x0))

@@ -1,0 +1,478 @@
+"""Values Numba compiles that srcad once refused (issue 17): module constants and module-level arrays,
+string options, records and named tuples, complex intermediates, and the NumPy functions of Numba's list.
+Each kernel: the result equal to Python's, tape gradients against finite differences
+(`srcad.testing.check_function`), second order through the IR where it applies (`test_ir`)."""
+import math
+import types
+from collections import namedtuple
+
+import numba
+import numpy as np
+import pytest
+
+import _numba_values_constants as constants
+import srcad as ad
+from srcad.compiler import TransformError, transform
+from srcad.compiler.front.lower import RESERVED
+from srcad.compiler.runtime import EXPORTS
+from srcad.testing import check_function
+from test_ir import second_order_check
+from test_refusals import line_of
+
+rng = np.random.default_rng(17)
+F64 = numba.float64
+ARR = numba.float64[::1]
+
+config = types.SimpleNamespace(THRESHOLD=0.5, ORDER=2, LABEL=["a"])
+
+
+class Physics:
+    GAS_CONSTANT = 8.314
+    SCALES = (1.0, 2.0, 3.0)
+
+
+Point = namedtuple("Point", "x y")
+ORIGIN = Point(0.5, -1.5)
+WEIGHTS = np.array([[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]])
+INT_TABLE = np.array([3, 1, 2])
+OBJECTS = np.array([1.0, "a"], dtype=object)
+
+
+def check(fn, args, active, second=True):
+    check_function(ad.function(fn), args, active)
+    if second:
+        second_order_check(fn, args, tuple(i in active for i in range(len(args))))
+
+
+# ---- 1. constants from modules ---------------------------------------------------------------------
+
+def newton_sqrt(a):
+    """Newton's iteration stopped at a tolerance from a constants module."""
+    x = a
+    for _ in range(constants.MAX_ITER * 4):
+        step = 0.5 * (x - a / x)
+        if abs(step) < constants.FTOL * x:
+            break
+        x = x - step
+    return x * constants.G
+
+
+def thresholded(x):
+    """Settings from a namespace and a class: a threshold, an order decided when compiling."""
+    s = 0.0
+    for i in range(x.shape[0]):
+        v = x[i] - config.THRESHOLD
+        if config.ORDER > 1:
+            v = v * v
+        s += v * Physics.GAS_CONSTANT + ORIGIN.x * Physics.SCALES[1]
+    return s
+
+
+def safe_log(x):
+    """np.finfo / np.iinfo constants, np.inf, np.nan, math.pi, as numerical code guards logs."""
+    tiny = np.finfo(np.float64).tiny
+    eps = np.finfo(np.float64).eps
+    big = np.finfo(np.float64).max
+    s = 0.0
+    for i in range(x.shape[0]):
+        v = np.log(max(x[i], tiny)) + eps * x[i]
+        if v < big and v > -np.inf and np.iinfo(np.int64).max > 0:
+            s += v * math.pi
+    return s + (0.0 if np.isnan(s) else np.nan * 0.0 * s)
+
+
+def test_module_constants_are_read_when_compiling():
+    check(newton_sqrt, (2.5,), (0,))
+    check(thresholded, (rng.normal(size=5),), (0,))
+    check_function(ad.function(safe_log), (rng.uniform(0.5, 2.0, 6),), (0,))
+
+
+def uses_a_list_setting(x):
+    return x * config.LABEL[0]
+
+
+def test_a_setting_that_is_not_a_number_is_refused_naming_it():
+    line = line_of(uses_a_list_setting, "config.LABEL")
+    with pytest.raises(TransformError, match=rf"uses_a_list_setting .*line {line}\).*`config.LABEL` \(a list used as "
+                                             r"a value\).*Hint: module-level numbers"):
+        transform(uses_a_list_setting, (F64,), (True,))
+
+
+# ---- 2. module-level arrays ------------------------------------------------------------------------
+
+def horner(x):
+    """A polynomial with coefficients from a module array, indexed by a loop index."""
+    y = np.zeros_like(x)
+    n = constants.COEF.shape[0]
+    for k in range(n):
+        y = y * x + constants.COEF[n - 1 - k]
+    return np.sum(y * y)
+
+
+def layer(v):
+    """A fixed linear layer: a 2-d module array in a product, an integer table as indices."""
+    h = np.tanh(WEIGHTS @ v)
+    return np.sum(h * WEIGHTS[1, :2]) + v[INT_TABLE[0] - 1] * WEIGHTS.sum() + len(INT_TABLE)
+
+
+def test_module_arrays_are_read_only_constants():
+    check(horner, (rng.normal(size=4),), (0,))
+    check(layer, (rng.normal(size=3),), (0,))
+
+
+def test_an_array_content_is_part_of_the_compile():
+    """Two contents never share a compile: the array is frozen into the code when first compiled, so a
+    change needs f.recompile() (as Numba needs a new compile), which then sees the new content."""
+    f = ad.function(horner)
+    x = np.array([0.3, -0.2, 0.7, 1.1])
+    first = float(f(x).numpy())
+    saved = constants.COEF
+    try:
+        constants.COEF = saved * 2.0
+        assert float(f(x).numpy()) == first
+        f.recompile()
+        assert float(f(x).numpy()) == pytest.approx(horner(x))
+        assert float(f(x).numpy()) == pytest.approx(4.0 * first)
+        check_function(f, (x,), (0,))
+    finally:
+        constants.COEF = saved
+
+
+SHIFT = np.array([1.0, 2.0])
+
+
+def shifted(x):
+    return np.sum((x - SHIFT) ** 2)
+
+
+def test_a_module_array_changed_in_place_keeps_its_first_content_for_every_compile():
+    """As for module numbers: a later compile (another signature) uses the values of the first, so that the
+    plain call and the gradient always agree; f.recompile() takes the new content."""
+    f = ad.function(shifted)
+    x = np.array([0.5, 0.5])
+    assert float(f(x).numpy()) == 0.25 + 2.25
+    SHIFT[0] = 5.0
+    try:
+        assert float(f(x.astype(np.float32)).numpy()) == 0.25 + 2.25
+        f.recompile()
+        assert float(f(x).numpy()) == 4.5 ** 2 + 2.25
+    finally:
+        SHIFT[0] = 1.0
+
+
+def writes_a_module_array(x):
+    WEIGHTS[0, 0] = x
+    return x
+
+
+def reads_an_object_array(x):
+    return x * OBJECTS[0]
+
+
+def test_module_arrays_stay_read_only_and_numeric():
+    line = line_of(writes_a_module_array, "WEIGHTS[0, 0] = x")
+    with pytest.raises(TransformError, match=rf"writes_a_module_array .*line {line}\).*writing into something "
+                                             r"other than a local array"):
+        transform(writes_a_module_array, (F64,), (True,))
+    line = line_of(reads_an_object_array, "OBJECTS[0]")
+    with pytest.raises(TransformError, match=rf"reads_an_object_array .*line {line}\).*module-level array `OBJECTS` "
+                                             r"of dtype object"):
+        transform(reads_an_object_array, (F64,), (True,))
+
+
+# ---- 3. strings as options -------------------------------------------------------------------------
+
+def _penalty(x, norm):
+    if norm == "2":
+        return np.sqrt(np.sum(x * x))
+    elif norm != "1":
+        return np.max(np.abs(x))
+    return np.sum(np.abs(x))
+
+
+def regularised(x, lam, norm="2", method="linear"):
+    """Options passed as strings choose a branch when compiling, as Numba's literal strings do."""
+    if method == "linear":
+        r = x * lam
+    else:
+        r = np.exp(x) * lam
+    return np.sum(r) + _penalty(x, norm) + (1.0 if constants.NAME == method else 0.0)
+
+
+@pytest.mark.parametrize("norm,method", [("2", "linear"), ("1", "linear"), ("inf", "exp")])
+def test_string_options_are_constants_of_the_compile(norm, method):
+    x = rng.normal(size=4)
+    check_function(ad.function(regularised), (x, 0.3, norm, method), (0, 1))
+    second_order_check(regularised, (x, 0.3, norm, method), (True, True, False, False))
+
+
+def test_each_string_value_compiles_its_own_code():
+    f = ad.function(regularised)
+    x = np.array([1.0, -2.0, 3.0])
+    assert float(f(x, 0.0, norm="1").numpy()) == 6.0 + 1.0
+    assert float(f(x, 0.0).numpy()) == pytest.approx(math.sqrt(14.0) + 1.0)
+    assert float(f(x, 0.0, "inf", "exp").numpy()) == 3.0
+    sources = {f.source("primal", x, 0.0, norm) for norm in ("1", "2", "inf")}
+    assert len(sources) == 3
+
+
+# ---- 4. records, named tuples, tuples indexed by a variable ---------------------------------------
+
+PARAMS = np.dtype([("x1", np.float64), ("x2", np.float64), ("n", np.int64)])
+
+
+def runoff(rain, params):
+    """A rainfall-runoff store with named parameters read from a record."""
+    store = 0.5 * params["x1"]
+    out = np.empty_like(rain)
+    for t in range(rain.shape[0]):
+        store = store + rain[t]
+        q = store * store / (store + params["x1"]) * params["x2"]
+        store = store - q
+        out[t] = q
+    return np.sum(out) * params["n"]
+
+
+def runoff_of_table(rain, table):
+    """Fields of the rows of a structured array."""
+    s = 0.0
+    for k in range(table.shape[0]):
+        s += np.sum(rain * table[k]["x1"]) + table["x2"][k] * rain[k]
+    return s * table[1]["n"]
+
+
+def test_record_fields_are_read_by_name():
+    table = np.array([(2.0, 0.3, 2), (1.0, 0.5, 1)], dtype=PARAMS)
+    rain = rng.uniform(0.0, 2.0, 6)
+    check_function(ad.function(runoff), (rain, table[0]), (0,))
+    check_function(ad.function(runoff_of_table), (rain, table), (0,))
+
+
+def spaced_field(x, params):
+    return x * params["x 1"]
+
+
+def ellipsis_as_value(x):
+    e = ...
+    return x
+
+
+def test_fields_that_are_not_names_and_ellipsis_as_a_value_are_refused():
+    record = numba.typeof(np.zeros(1, dtype=[("x 1", np.float64)])[0])
+    line = line_of(spaced_field, 'params["x 1"]')
+    with pytest.raises(TransformError, match=rf"spaced_field .*line {line}\).*the record field 'x 1'.*Hint: name "
+                                             r"record fields as Python identifiers"):
+        transform(spaced_field, (F64, record), (True, False))
+    line = line_of(ellipsis_as_value, "e = ...")
+    with pytest.raises(TransformError, match=rf"ellipsis_as_value .*line {line}\).*`...` outside an index"):
+        transform(ellipsis_as_value, (F64,), (True,))
+
+
+def distance(p, q, scale):
+    """Named tuples as small records: fields read by name."""
+    return math.hypot(p.x - q.x, p.y - q.y) * scale
+
+
+def picked(x, k, weights):
+    """A homogeneous tuple indexed by a variable: a local one (differentiated) and an argument."""
+    t = (x * x, np.sin(x), 2.0 * x)
+    s = 0.0
+    for i in range(3):
+        s += t[(i + k) % 3] * weights[i]
+    return s + t[k]
+
+
+def test_named_tuples_and_tuples_indexed_by_a_variable():
+    check_function(ad.function(distance), (Point(1.0, 2.0), Point(-0.5, 0.25), 1.5), (2,))
+    check(picked, (0.7, 1, (0.5, 1.5, -1.0)), (0,))
+
+
+# ---- 5. complex intermediates ----------------------------------------------------------------------
+
+def parts_of_floats(x):
+    """`.real` / `.imag` of floats (and of a float array): the value and zero."""
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i].real * 2.0 + x[i].imag
+    return s + np.sum(x.real * x.real) + np.sum(x.imag)
+
+
+def complex_constant_part(x, n):
+    """A complex value that no gradient flows through (computed from integers only)."""
+    z = np.exp(1j * 2.0 * math.pi / n)
+    w = np.conj(z) * (1.0 + 0.5j)
+    return x * abs(z) + x * w.real + z.imag * w.imag
+
+
+def phase(w):
+    return abs(np.exp(1j * w) + 0.5)
+
+
+def test_real_and_imag_of_floats():
+    check(parts_of_floats, (rng.normal(size=4),), (0,))
+    check_function(ad.function(complex_constant_part), (0.7, 5), (0,))
+
+
+def test_a_gradient_through_a_complex_value_is_refused_naming_complex_numbers():
+    line = line_of(phase, "np.exp(1j * w)")
+    with pytest.raises(TransformError, match=rf"phase .*line {line}\).*makes a complex value from `w`.*not through "
+                                             r"complex numbers.*Hint"):
+        transform(phase, (F64,), (True,))
+    assert ad.function(phase)(0.3).numpy() == pytest.approx(abs(np.exp(0.3j) + 0.5))
+
+
+# ---- 6. NumPy functions ----------------------------------------------------------------------------
+
+def nan_statistics(x):
+    """Time-series statistics skipping missing values."""
+    y = x.copy()
+    y[1] = np.nan
+    return (np.nanmean(y) + np.nansum(y * y) + np.nanmax(y) - np.nanmin(y) + np.nanstd(y) + np.nanvar(y)
+            + np.nanmedian(y) + np.median(x))
+
+
+def flipped(A, v):
+    """Reversals, casts, copies: a convolution written with np.flip, an image mirrored."""
+    k = np.flip(v)
+    B = np.fliplr(A) * 2.0 + np.flipud(A)
+    s = np.float64(np.sum(B.flatten() * np.mod(B.flatten(), 1.7))) + np.sum(k * v[::-1])
+    return s + np.float32(v[0]) * 0.0 + np.sum((A * 2.0).astype(np.float64)) + np.fmod(v[1], 0.3)
+
+
+def ellipsis_index(U, w):
+    """`U[..., k]`: the last axis at k, whatever the rank, read and written."""
+    V = U.copy()
+    V[..., 0] = V[..., 1] * w
+    return np.sum(V[..., 0] * U[..., 2]) + np.sum(V[0, ...])
+
+
+def statistics(x):
+    return (np.nanmean(x) + np.nansum(x * x) + np.nanmax(x) - np.nanmin(x) + np.nanstd(x) + np.nanvar(x)
+            + np.nanmedian(x) * np.median(x))
+
+
+@pytest.mark.parametrize("n", [5, 6])
+def test_nan_reductions_and_median(n):
+    """With a NaN (first order: its products are NaN, which second derivatives would carry) and without."""
+    x = rng.permutation(np.linspace(-1.0, 2.0, n)) + rng.normal(scale=0.01, size=n)
+    check(nan_statistics, (x,), (0,), second=False)
+    check(statistics, (x,), (0,))
+
+
+def flips(A, v):
+    return np.sum(np.flip(v) * v) + np.sum(np.fliplr(A) * np.flipud(A)) + np.sum(np.mod(v, 0.7) * v)
+
+
+def test_flips_casts_copies_and_ellipsis():
+    A = rng.normal(size=(3, 4))
+    v = rng.uniform(0.5, 1.5, 4)
+    check(flipped, (A, v), (0, 1), second=False)
+    check(flips, (A, v), (0, 1))
+    check(ellipsis_index, (rng.normal(size=(2, 3, 4)), 0.7), (0, 1))
+
+
+def test_runtime_helpers_are_exported_and_reserved():
+    for name in ("frozen_array", "median_slopes"):
+        assert name in EXPORTS and name in RESERVED
+
+
+def linear_algebra(A, b):
+    """A solve, a log-determinant, an inverse, as a Gaussian likelihood needs them."""
+    x = np.linalg.solve(A, b)
+    X = np.linalg.solve(A, np.outer(b, b))
+    Ai = np.linalg.inv(A)
+    return np.sum(x * x) + np.log(np.abs(np.linalg.det(A))) + np.sum(Ai[0] * b) + np.vdot(b, x) + np.trace(X)
+
+
+def gaussian_energy(A, b):
+    return np.sum(np.linalg.solve(A, b) * b) + np.linalg.det(A) + np.sum(np.linalg.inv(A))
+
+
+def differences_and_triangles(v, M):
+    d = np.diff(v)
+    T = np.tril(M) * 2.0 + np.triu(M, 1)
+    return np.sum(d * d * v[1:]) + np.sum(T * T) + np.sum(np.atleast_2d(v[1:]) * np.atleast_1d(v[:-1]))
+
+
+def elementwise_extras(x, n):
+    return np.sum(np.sinc(x) * x + np.ldexp(x, n) + np.nextafter(x, 10.0) * x + np.asfortranarray(x) ** 2)
+
+
+def test_linear_algebra_differences_and_the_other_rules():
+    A = rng.normal(size=(3, 3)) + 3.0 * np.eye(3)
+    check(linear_algebra, (A, rng.normal(size=3)), (0, 1), second=False)
+    check(gaussian_energy, (A, rng.normal(size=3)), (0, 1))
+    check(differences_and_triangles, (rng.normal(size=5), rng.normal(size=(3, 3))), (0, 1))
+    check(elementwise_extras, (np.array([0.0, 0.3, -1.2, 2.5]), 2), (0,))
+
+
+def peak_to_peak(x):
+    return np.ptp(x)
+
+
+def noisy(mu):
+    return np.random.normal(mu, 1.0)
+
+
+def test_a_gradient_through_a_function_without_a_rule_names_why():
+    line = line_of(peak_to_peak, "np.ptp(x)")
+    with pytest.raises(TransformError, match=rf"peak_to_peak .*line {line}\).*no derivative rule for `np.ptp` \(no "
+                                             r"rule yet; write np.max\(x\) - np.min\(x\)\)"):
+        transform(peak_to_peak, (ARR,), (True,))
+    line = line_of(noisy, "np.random.normal")
+    with pytest.raises(TransformError, match=rf"noisy .*line {line}\).*`np.random.normal` \(a random draw; draw "
+                                             r"standard noise"):
+        transform(noisy, (F64,), (True,))
+    assert ad.function(peak_to_peak)(np.array([1.0, 4.0, -2.0])).numpy() == 6.0
+
+
+# Numba's supported NumPy functions (its "Supported NumPy features": reductions, other functions,
+# constructors, linear algebra, ufuncs, array methods that srcad maps to functions, numpy.random)
+NUMBA_NUMPY = """
+    all any argmax argmin conj conjugate cumprod cumsum max mean min nonzero prod std take var argsort copy dot
+    ravel reshape sort sum transpose kron outer trace vdot linalg.cholesky linalg.cond linalg.det linalg.eig
+    linalg.eigh linalg.eigvals linalg.eigvalsh linalg.inv linalg.lstsq linalg.matrix_power linalg.matrix_rank
+    linalg.norm linalg.pinv linalg.qr linalg.slogdet linalg.solve linalg.svd diff median nancumprod nancumsum
+    nanmax nanmean nanmedian nanmin nanpercentile nanprod nanstd nansum nanvar percentile arange array asarray
+    asfortranarray atleast_1d atleast_2d atleast_3d bincount column_stack concatenate convolve corrcoef correlate
+    cov diag digitize dstack dtype ediff1d empty empty_like expand_dims eye fill_diagonal flip fliplr flipud full
+    full_like histogram hstack identity interp linspace ones ones_like partition ptp roots round searchsorted sinc
+    stack tri tril triu unique vander vstack where zeros zeros_like bool_ complex64 complex128 float32 float64
+    int8 int16 int32 int64 intc intp uint8 uint16 uint32 uint64 uintc uintp iinfo finfo
+    add subtract multiply divide logaddexp logaddexp2 true_divide floor_divide negative power remainder mod fmod
+    abs absolute fabs rint sign exp exp2 log log2 log10 expm1 log1p sqrt square reciprocal sin cos tan arcsin
+    arccos arctan arctan2 hypot sinh cosh tanh arcsinh arccosh arctanh deg2rad rad2deg degrees radians
+    bitwise_and bitwise_or bitwise_xor bitwise_not invert left_shift right_shift greater greater_equal less
+    less_equal not_equal equal logical_and logical_or logical_xor logical_not maximum minimum fmax fmin isfinite
+    isinf isnan signbit copysign nextafter ldexp floor ceil trunc spacing
+    random.rand random.randn random.random random.randint random.choice random.permutation random.shuffle
+    random.beta random.binomial random.exponential random.gamma random.normal random.poisson random.uniform
+""".split()
+
+
+def _canonical(name):
+    from srcad.compiler.front.parse import canonical_callable
+    obj = np
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return canonical_callable(obj) or "np." + name
+
+
+def test_every_function_of_numbas_list_has_a_rule_or_a_reason():
+    """Each is differentiated (a rule), never carries a derivative (NONDIFF), or is refused with a reason
+    when a gradient flows through it (NOT_DIFFERENTIATED): one decision each."""
+    from srcad.compiler.ad.rules import ARRAY_RULES, ELEMENTWISE, JOINS, NONDIFF, NOT_DIFFERENTIATED
+    for name in NUMBA_NUMPY:
+        fn = _canonical(name)
+        decisions = [fn in ELEMENTWISE or fn in ARRAY_RULES or fn in JOINS, fn in NONDIFF, fn in NOT_DIFFERENTIATED]
+        assert sum(decisions) == 1, (name, fn, decisions)
+
+
+@pytest.mark.parametrize("fn,args", [
+    (horner, (np.array([0.3, -0.2, 0.7, 1.1]),)),
+    (_penalty, (np.array([1.0, -2.0, 0.5]), "inf")),
+    (runoff, (np.array([0.5, 1.5, 0.0, 2.0]), np.array([(2.0, 0.3, 2)], dtype=PARAMS)[0])),
+    (nan_statistics, (np.array([0.3, 1.2, -0.4, 2.2, 0.9]),)),
+], ids=["module_array", "string_options", "record", "nan_functions"])
+def test_the_primal_equals_numbas(fn, args):
+    np.testing.assert_allclose(ad.function(fn)(*args).numpy(), numba.njit(fn)(*args), rtol=1e-12)
