@@ -28,6 +28,7 @@ import reference_examples as ex  # noqa: E402
 import srcad as ad  # noqa: E402
 
 import compiled_rk4  # noqa: E402  (examples/, beside this file)
+import fit_with_scipy  # noqa: E402
 
 OUT = os.path.join(HERE, "out")
 mpl.rcParams["figure.figsize"] = (8, 6)
@@ -234,6 +235,8 @@ def main():
     tutorial()
     section("compiled: @ad.function on an RK4 integrator (examples/compiled_rk4.py)")
     compiled_rk4.main()
+    section("functional API: fitting a compiled model with SciPy (examples/fit_with_scipy.py)")
+    fit_with_scipy.main()
     print(f"\nall examples ran in {time.perf_counter() - start:.1f} s; figures in {os.path.relpath(OUT)}/")
 
 

@@ -59,11 +59,9 @@ class ForwardAccumulator:
 
     def __exit__(self, exc_type, exc, tb):
         if self._recording:
-            tapes = _thread.tapes
-            for i in range(len(tapes) - 1, -1, -1):
-                if tapes[i] is self:
-                    del tapes[i]
-                    break
+            stack = _thread.tapes
+            at = _position(stack, self)
+            del stack[at:at + 1]
             self._recording = False
         return False
 
@@ -121,27 +119,15 @@ class ForwardAccumulator:
 
     def _record(self, node):
         """Compute the tangents of ``node``'s outputs from its inputs' tangents."""
-        inputs, outputs = node.inputs, node.outputs
-        tangents = [self._tangents.get(id(x)) for x in inputs]
-        needed = [t is not None and x._value.dtype.kind in _DIFFERENTIABLE_KINDS
-                  for x, t in zip(inputs, tangents)]
-        live = [k for k, y in enumerate(outputs)
-                if y is not None and y._value.dtype.kind in _DIFFERENTIABLE_KINDS]
-        if not live or True not in needed:
-            return
         stack = _thread.tapes
         _thread.tapes = stack[:_position(stack, self)]   # only those entered before this one see it
         try:
-            if hasattr(node.op, "jvp"):       # an op that makes its tangents itself (a compiled segment)
-                made = node.op.jvp(node, [t if need else None for t, need in zip(tangents, needed)])
-                out_tangents = [made[k] for k in live]
-            else:
-                out_tangents = _tangents_through_vjp(node, tangents, needed, live)
+            out_tangents = node_tangents(node, [self._tangents.get(id(x)) for x in node.inputs])
         finally:
             _thread.tapes = stack
-        for k, t in zip(live, out_tangents):
+        for y, t in zip(node.outputs, out_tangents):
             if t is not None:
-                self._tangents[id(outputs[k])] = t
+                self._tangents[id(y)] = t
 
     def __repr__(self):
         state = "recording" if self._recording else "not recording"
@@ -182,6 +168,25 @@ def _describe(value):
     if isinstance(value, (list, tuple)):
         return f"a {type(value).__name__} of {len(value)}"
     return f"a {type(value).__name__}"
+
+
+def node_tangents(node, tangents):
+    """The tangents of a recorded node's outputs (None where there is none) from its inputs' (None: zero):
+    the op's own `jvp` where it has one (a compiled segment), else derived from its VJP."""
+    inputs, outputs = node.inputs, node.outputs
+    needed = [t is not None and x._value.dtype.kind in _DIFFERENTIABLE_KINDS for x, t in zip(inputs, tangents)]
+    live = [k for k, y in enumerate(outputs) if y is not None and y._value.dtype.kind in _DIFFERENTIABLE_KINDS]
+    made = [None] * len(outputs)
+    if not live or True not in needed:
+        return made
+    if hasattr(node.op, "jvp"):
+        found = node.op.jvp(node, [t if need else None for t, need in zip(tangents, needed)])
+        found = [found[k] for k in live]
+    else:
+        found = _tangents_through_vjp(node, tangents, needed, live)
+    for k, t in zip(live, found):
+        made[k] = t
+    return made
 
 
 def _position(stack, item):

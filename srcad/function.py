@@ -25,7 +25,7 @@ from .tensor import Tensor
 
 __all__ = ["function", "show_source", "Function"]
 
-_KINDS = ("primal", "forward", "adjoint")
+_KINDS = ("primal", "forward", "adjoint", "tangent")
 
 
 def function(pyfunc=None, *, target="cpu", boundscheck=None):
@@ -226,6 +226,10 @@ class Function:
                              f"example arguments: ad.show_source(f, {kind!r}, *args)")
         else:
             transformed = self._last
+        if kind == "tangent":
+            if after is not None:
+                raise ValueError("the tangent is made after every pass: show_source(f, 'tangent') takes no `after`")
+            return _derived_ops().tangent_of(transformed).source
         if after is None:
             return transformed.source(kind)
         return self._ir_after(kind, after)

@@ -16,10 +16,14 @@ Ops whose VJP cannot take batched cotangents (custom gradients, registered
 gradients) wrap it with :func:`map_vjp_over_batch`, which runs it row by row.
 """
 
+import logging
+
 import numpy as np
 
-from .tape import UnconnectedGradients, check_sources, pack_like, parse_unconnected
-from .tensor import Tensor
+from .tape import UnconnectedGradients, check_sources, pack_like, parse_unconnected, recording_tapes
+from .tensor import Tensor, Variable
+
+_log = logging.getLogger("srcad")
 
 __all__ = ["jacobian", "batch_jacobian", "map_vjp_over_batch"]
 
@@ -118,8 +122,12 @@ def jacobian(tape, target, sources, unconnected_gradients=UnconnectedGradients.N
         raise RuntimeError(_PFOR_OFF)
     tape._begin_gradient()
     n = int(np.prod(target.shape, dtype=np.int64))
-    seeds = np.eye(n, dtype=target.dtype).reshape((n,) + target.shape)
     try:
+        if experimental_use_pfor and _forward_is_cheaper(tape, flat_sources, n):
+            _log.debug("jacobian: forward mode, %d tangent sweeps for %d target elements",
+                       sum(s._value.size for s in flat_sources), n)
+            return pack_like(sources, _forward_jacobian(tape, target, flat_sources, unconnected))
+        seeds = np.eye(n, dtype=target.dtype).reshape((n,) + target.shape)
         if experimental_use_pfor:
             rows = _sweep(tape, target, seeds, flat_sources, parallel_iterations)
         else:
@@ -135,6 +143,49 @@ def jacobian(tape, target, sources, unconnected_gradients=UnconnectedGradients.N
         else:
             result.append(reshape(row, shape))
     return pack_like(sources, result)
+
+
+def _forward_is_cheaper(tape, sources, n):
+    """Forward mode (one tangent sweep per source element) where the sources have fewer elements than the
+    target, nothing records the result (it is not differentiated again), and every recorded op makes its
+    tangents exactly: a compiled segment by its compiled tangent, a primitive from its VJP rules."""
+    from .function import CompiledSegment
+    from .ops.registry import Primitive
+
+    m = sum(s._value.size for s in sources)
+    return 0 < m < n and not recording_tapes() and \
+        all(isinstance(node.op, (CompiledSegment, Primitive)) for node in tape._nodes)
+
+
+def _forward_jacobian(tape, target, sources, unconnected):
+    """The Jacobian column by column: each source element's unit tangent carried forward through the
+    recorded nodes (`accumulator.node_tangents`)."""
+    from .accumulator import node_tangents
+
+    result = []
+    for s in sources:
+        keys = tape._variable_keys.get(id(s), (id(s),)) if isinstance(s, Variable) else (id(s),)
+        columns = []
+        for k in range(s._value.size):
+            unit = np.zeros(s._value.size, s.dtype)
+            unit[k] = 1
+            tangents = {key: Tensor._wrap(unit.reshape(s.shape)) for key in keys}
+            for node in tape._nodes:
+                ins = [tangents.get(id(x)) for x in node.inputs]
+                if any(t is not None for t in ins):
+                    for y, t in zip(node.outputs, node_tangents(node, ins)):
+                        if t is not None:
+                            tangents[id(y)] = t
+            column = tangents.get(id(target))
+            columns.append(None if column is None else np.asarray(column._value, dtype=target.dtype))
+        shape = target.shape + s.shape
+        if all(c is None for c in columns) and columns:
+            result.append(None if unconnected is UnconnectedGradients.NONE
+                          else Tensor._wrap(np.zeros(shape, dtype=s.dtype)))
+            continue
+        stacked = np.stack([np.zeros(target.shape, target.dtype) if c is None else c for c in columns], axis=-1)
+        result.append(Tensor._wrap(stacked.reshape(shape).astype(s.dtype)))
+    return result
 
 
 def batch_jacobian(tape, target, source, unconnected_gradients=UnconnectedGradients.NONE, parallel_iterations=None,

@@ -271,3 +271,14 @@ def test_unknown_unconnected_gradients_value_is_refused():
     acc = ad.ForwardAccumulator(ad.constant(1.0), 1.0)
     with pytest.raises(ValueError, match="Unknown value for unconnected_gradients"):
         acc.jvp(ad.constant(2.0), unconnected_gradients="zeros")
+
+
+def test_exiting_an_accumulator_inside_a_tape_leaves_the_tape_recording():
+    x = ad.constant(1.5)
+    with ad.GradientTape() as tape:
+        tape.watch(x)
+        with ad.ForwardAccumulator(x, 1.0) as acc:
+            y = x * x
+        z = y * x                                   # after the accumulator: the tape only
+    assert acc.jvp(z) is None and acc.jvp(y).numpy() == pytest.approx(3.0)
+    assert tape.gradient(z, x).numpy() == pytest.approx(3 * 1.5 ** 2)

@@ -1127,3 +1127,10 @@ def _assert_close(a, b, rtol=1e-12):
         rtol = max(rtol, 1e-5)
     np.testing.assert_allclose(np.asarray(b, dtype=np.float64),
                                np.asarray(a, dtype=np.float64), rtol=rtol, atol=rtol)
+
+
+def sweep(cases, every=4):
+    """The cases a whole-corpus sweep of a derived transform runs: every `every`-th one by default (each
+    compiles code of its own, and CI has two cores), all of them with ``SRCAD_FULL_SWEEPS=1``."""
+    import os
+    return list(cases) if os.environ.get("SRCAD_FULL_SWEEPS") else list(cases)[::every]

@@ -2,6 +2,8 @@
 accumulators around tapes (Hessian-vector products) and third derivatives over `@ad.function` calls, on the
 corpus and regression kernels, each against finite differences of the order below."""
 import inspect
+import logging
+import math
 
 import numpy as np
 import pytest
@@ -39,12 +41,18 @@ def _weighted(outs, ws):
     return total
 
 
-def first_gradient(f, args, active, ws):
-    """The tape gradient of sum(w * f(args)) in the active arguments (NumPy values)."""
+def sources_and_call(args, active):
+    """Tensors for the active arguments, and the arguments to call with (fresh copies, those Tensors in)."""
     sources = [ad.constant(np.asarray(args[i], np.float64)) for i in active]
     call = list(fresh(args))
     for i, s in zip(active, sources):
         call[i] = s
+    return sources, call
+
+
+def first_gradient(f, args, active, ws):
+    """The tape gradient of sum(w * f(args)) in the active arguments (NumPy values)."""
+    sources, call = sources_and_call(args, active)
     with ad.GradientTape() as tape:
         tape.watch(sources)
         y = _weighted(_outputs(f(*call)), ws)
@@ -57,10 +65,7 @@ def check_second_order(case):
     args, active = bound(case)
     ws = weights_like(_outputs(case.fn(*fresh(args))), seed=1)
     us = weights_like([args[i] for i in active], seed=2)
-    sources = [ad.constant(np.asarray(args[i], np.float64)) for i in active]
-    call = list(fresh(args))
-    for i, s in zip(active, sources):
-        call[i] = s
+    sources, call = sources_and_call(args, active)
     with ad.GradientTape() as outer:
         outer.watch(sources)
         with ad.GradientTape() as inner:
@@ -82,14 +87,14 @@ SECOND_ORDER = ["energy", "loop_range1", "while_bounded", "loop_break", "branch_
                 "rk4_lotka_volterra", "helper_in_loop", "arr_overwrite_repeated", "s_float32"]
 
 
-@pytest.mark.parametrize("name", SECOND_ORDER)
+@pytest.mark.parametrize("name", corpus.sweep(SECOND_ORDER, every=2))
 def test_nested_tapes_over_corpus_kernels(name):
     check_second_order(corpus.case_by_name(name))
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, id=c.name) for c in test_regressions.CASES
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.name) for c in corpus.sweep(test_regressions.CASES, every=8)
                                   if not c.name.startswith("products_and_moments")
-                                  and not c.name.startswith("optional")])
+                                  and "optional" not in c.name and "none" not in c.name])
 def test_nested_tapes_over_regression_kernels(case):
     check_second_order(case)
 
@@ -197,3 +202,57 @@ def test_a_function_writing_into_an_argument_is_differentiated_again_as_called()
     # y = sum((o + x^2) x): dy/dx = o + 3 x^2, d2y/dx2 = diag(6 x)
     np.testing.assert_allclose(g.numpy(), np.array([1.0, 2.0, 3.0]) + 3 * x0 ** 2)
     np.testing.assert_allclose(outer.jacobian(g, x).numpy(), np.diag(6 * x0))
+
+
+# ---- jacobians of compiled functions: forward mode where it is cheaper ---------------------------------
+
+@ad.function
+def logistic_path(p, n):
+    """n Euler steps of x' = a x - b x^2: 2 parameters, n outputs."""
+    out = np.zeros(n)
+    x = 0.1
+    for i in range(n):
+        x = x + 0.01 * (p[0] * x - p[1] * x * x)
+        out[i] = x
+    return out
+
+
+@ad.function
+def row_norms(X):
+    out = np.zeros(X.shape[0])
+    for i in range(X.shape[0]):
+        s = 0.0
+        for j in range(X.shape[1]):
+            s += X[i, j] * X[i, j]
+        out[i] = math.sqrt(s)
+    return out
+
+
+def test_jacobian_picks_forward_mode_for_two_inputs_and_a_thousand_outputs(caplog):
+    p0 = np.array([1.5, 0.7])
+    p = ad.constant(p0)
+    with ad.GradientTape(persistent=True) as tape:
+        tape.watch(p)
+        y = logistic_path(p, 1000)
+    with caplog.at_level(logging.DEBUG, logger="srcad"):
+        forward = tape.jacobian(y, p).numpy()
+    assert "jacobian: forward mode, 2 tangent sweeps for 1000 target elements" in caplog.text
+    reverse = tape.jacobian(y, p, experimental_use_pfor=False).numpy()        # one adjoint per output
+    np.testing.assert_allclose(forward, reverse, rtol=1e-10, atol=1e-14)
+    fd = finite_differences(lambda a: logistic_path(a[0], 1000).numpy(), (p0,), 0)
+    np.testing.assert_allclose(forward, fd.T, rtol=1e-5, atol=1e-8)
+
+
+def test_jacobian_stays_in_reverse_mode_for_more_inputs_than_outputs(caplog):
+    X0 = rng.uniform(0.5, 1.5, (3, 40))
+    X = ad.constant(X0)
+    with ad.GradientTape() as tape:
+        tape.watch(X)
+        y = row_norms(X)
+    with caplog.at_level(logging.DEBUG, logger="srcad"):
+        J = tape.jacobian(y, X).numpy()
+    assert "forward mode" not in caplog.text
+    expected = np.zeros((3, 3, 40))
+    for i in range(3):
+        expected[i, i] = X0[i] / np.linalg.norm(X0[i])
+    np.testing.assert_allclose(J, expected, rtol=1e-12)

@@ -55,7 +55,7 @@ from srcad.compiler.backends.cache import import_module, write_module
 
 N = 6                      # array length of the inputs
 FRAGMENTS = int(os.environ.get("SRCAD_RANDPROG_FRAGMENTS", "8"))
-MAX_EXAMPLES = int(os.environ.get("SRCAD_RANDPROG_EXAMPLES", "25"))
+MAX_EXAMPLES = int(os.environ.get("SRCAD_RANDPROG_EXAMPLES", "25" if os.environ.get("SRCAD_FULL_SWEEPS") else "16"))
 RTOL, ATOL = 1e-5, 1e-7
 
 # ---------------------------------------------------------------------------

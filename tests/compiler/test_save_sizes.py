@@ -146,7 +146,7 @@ def test_corpus(case):
     check_sizes(case.fn, case.make_args(), case.active)
 
 
-@pytest.mark.parametrize("case", foreign.CASES, ids=foreign.IDS)
+@pytest.mark.parametrize("case", corpus.sweep(foreign.CASES, every=3), ids=corpus.sweep(foreign.IDS, every=3))
 def test_foreign_kernels(case):
     check_sizes(case.fn, case.args, case.active)
 
@@ -271,13 +271,15 @@ def test_the_cpu_reserves_once_before_the_outermost_loop():
 
 # ---- random programs ----------------------------------------------------------------------------
 
-@settings(max_examples=int(os.environ.get("SRCAD_SAVESIZES_EXAMPLES", "25")), deadline=None, database=None,
+@settings(max_examples=int(os.environ.get("SRCAD_SAVESIZES_EXAMPLES", "25" if os.environ.get("SRCAD_FULL_SWEEPS")
+                                                                    else "6")), deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
 @given(randprog.programs(fragments=6), st.integers(0, randprog.N))
 def test_random_programs(program, n):
     helpers, frags, seed = program
     mod = randprog.load_program(randprog.build_source(helpers, frags))
-    args = randprog.make_inputs(seed)[:-1] + (n,)
+    inputs = randprog.make_inputs(seed)
+    args = inputs[:4] + (n,) + inputs[5:]
     assert_counts_fit("prog", predicted_and_pushed(forward_of(mod.prog, args, randprog.ACTIVE), args))
 
 
@@ -330,7 +332,8 @@ def test_bounds_read_from_arrays_are_refused_where_storage_cannot_grow_naming_th
 _UNSIZED = r"values are saved inside the while loop|its bounds depend on"
 
 
-@pytest.mark.parametrize("case", regressions.CASES, ids=[c.name for c in regressions.CASES])
+@pytest.mark.parametrize("case", corpus.sweep(regressions.CASES, every=8),
+                         ids=[c.name for c in corpus.sweep(regressions.CASES, every=8)])
 def test_regression_gradients_with_storage_sized_before_the_call(case):
     """Every regression case compiles with storage sized exactly before the call and matches finite
     differences, or is refused for saves no count exists for."""

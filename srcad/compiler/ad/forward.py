@@ -32,6 +32,7 @@ from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Effect, For
                   Push, Reserve, Stack, Store, Subscript, Tuple, UnaryOp, While)
 from ..ir.forms import is_atom, is_tree, leaves
 from ..ir.visit import names_in
+from .local import value_type
 from .rules import ARRAY_RULES, ELEMENTWISE, JOINS, NONDIFF, instantiate, is_elementwise, partials_of
 
 # calls whose tangent is the argument's, as a new array (the primal makes a copy)
@@ -51,6 +52,7 @@ class _Tangent:
         self.types = dict(fn.types)
         self.stacks = dict(fn.stacks)
         self.tan = {}
+        self.typed = Function(fn.name, [], [], [], types=self.types)     # the types of tangents too
 
     # ---- names ---------------------------------------------------------------------------------
     def name(self, v):
@@ -271,18 +273,7 @@ class _Tangent:
 
     def rank_of(self, e):
         """The type of an elementwise tangent expression: that of its highest-rank leaf."""
-        found = [self.types.get(a.id) if isinstance(a, Name) else _view_type(self, a) for a in leaves(e)] \
-            if is_atom(e) or is_tree(e, is_elementwise) else []
-        arrays = [t for t in found if isinstance(t, nt.Array)]
-        if arrays:
-            return max(arrays, key=lambda t: t.ndim)
-        floats = [t for t in found if isinstance(t, nt.Float)]
-        return floats[0] if floats else nt.float64
-
-
-def _view_type(tangent, atom):
-    probe = Function("probe", [], [], [], types=tangent.types)
-    return type_of(probe, atom)
+        return value_type(self.typed, e)
 
 
 def names_atoms(e):

@@ -19,7 +19,7 @@ from numba.core import types as nt
 
 from ..analysis.types import gather_axis, index_array, rank, type_of
 from ..errors import TransformError, problem, where
-from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Global, If, Name, Pop, Push, Slice, Store,
+from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Global, Name, Pop, Push, Slice, Store,
                   Subscript, Tuple, UnaryOp)
 from ..ir.forms import data_names, is_atom, is_tree, leaves
 from ..ir.visit import children, defines, names_in, own_exprs, subexpressions, walk
@@ -40,8 +40,6 @@ class LocalAdjoints:
         self.d = {}
         self.memo = {}
         self.locals = {}
-        self.guarded = False      # building the variant whose products by partials skip zero cotangents
-        self.partials = []        # the partials of scalars the statement being built multiplies by
 
     # ---- names ---------------------------------------------------------------------------------
     def adjoint_name(self, v):
@@ -82,38 +80,17 @@ class LocalAdjoints:
         """The adjoint statements of `s` (empty when it moves no derivative).
 
         A cotangent that is exactly zero contributes nothing, even times a partial that is inf or nan
-        (`exp(-inf)` is 0 in a soft minimum, and the partial after it is inf): an array is multiplied
-        by its partials through `srcad.cotangent_times`; a scalar plainly where the product of the
-        statement's partials is finite (checked off the chain of cotangents, so a long scalar adjoint
-        keeps its speed) and through `srcad.cotangent_times` otherwise."""
+        (`exp(-inf)` is 0 in a soft minimum, and the partial after it is inf): each product of a
+        cotangent by a partial that is not a constant goes through `srcad.cotangent_times`."""
         if id(s) not in self.memo:
             out = self._build(s)
-            if self.partials:
-                partials = self.partials
-                self.guarded = True
-                try:
-                    careful = self._build(s)
-                finally:
-                    self.guarded = False
-                out = self._when_finite(s, partials, out, careful)
             for t in walk(out):
                 t.origin = s.origin
                 _check_scatter(self.fn, t)
             self.memo[id(s)] = out
         return self.memo[id(s)]
 
-    def _when_finite(self, s, partials, plain, careful):
-        """`plain` where the product of `partials` is finite, else `careful`."""
-        product, ok = self.local(s, "partials"), self.local(s, "finite")
-        self.fn.types[product], self.fn.types[ok] = nt.float64, nt.boolean
-        tree = partials[0]
-        for p in partials[1:]:
-            tree = BinOp("*", tree, p)
-        return [Assign(product, tree), Assign(ok, Call("math.isfinite", (Name(product),))),
-                If(Name(ok), plain, careful)]
-
     def _build(self, s):
-        self.partials = []
         if isinstance(s, Assign):
             return self._assign(s) if s.target in self.active else []
         if isinstance(s, Store):
@@ -207,13 +184,7 @@ class LocalAdjoints:
         return out
 
     def value_type(self, e):
-        """The type of an elementwise value: an array of its leaves' largest rank, else a float."""
-        found = [type_of(self.fn, a) for a in leaves(e)] if is_tree(e, is_elementwise) or is_atom(e) else []
-        arrays = [t for t in found if isinstance(t, nt.Array)]
-        if arrays:
-            return max(arrays, key=lambda t: t.ndim)
-        floats = [t for t in found if isinstance(t, nt.Float)]
-        return floats[0] if floats else nt.float64
+        return value_type(self.fn, e)
 
     def _push(self, s):
         """`push(S, v)`: the adjoint of the value on top of S flows to `v` (generated code saved it)."""
@@ -310,12 +281,8 @@ class LocalAdjoints:
         return result
 
     def times(self, cotangent, partial, scalar):
-        """`cotangent * partial`; see `of` for a cotangent that is zero (a constant partial is finite)."""
+        """`cotangent * partial`, 0 where the cotangent is 0 (see `of`); a constant partial is finite."""
         if not names_in(partial):
-            return BinOp("*", cotangent, partial)
-        if scalar and not self.guarded:
-            if partial not in self.partials:
-                self.partials.append(partial)
             return BinOp("*", cotangent, partial)
         return Call("srcad.cotangent_times", (cotangent, partial))
 
@@ -370,6 +337,16 @@ class LocalAdjoints:
         if ra == 0 or expr_rank == 0 or mode in ("exact", "expand"):
             return [Accumulate(target, expr)]
         return [Accumulate(target, expr, reduce=True)]
+
+
+def value_type(fn, e):
+    """The type of an elementwise value of `fn`: an array of its leaves' largest rank, else a float."""
+    found = [type_of(fn, a) for a in leaves(e)] if is_tree(e, is_elementwise) or is_atom(e) else []
+    arrays = [t for t in found if isinstance(t, nt.Array)]
+    if arrays:
+        return max(arrays, key=lambda t: t.ndim)
+    floats = [t for t in found if isinstance(t, nt.Float)]
+    return floats[0] if floats else nt.float64
 
 
 def _check_scatter(fn, t):
