@@ -114,7 +114,7 @@ class Function:
         """(output, gradients of the `active` arguments) by the compiled forward and adjoint, without a
         tape (``ad.value_and_grad``); the gradients are None where the output is not one float."""
         transformed = self._transform(values, active)
-        values, (output, saved) = self._forward(transformed, values)
+        values, (output, saved) = _run_forward(self, transformed, values)
         if transformed.returns_tuple or np.ndim(output) != 0 or not isinstance(output, (float, np.floating)):
             return output, None
         return output, transformed.adjoint(*values, saved, type(output)(1.0))
@@ -126,22 +126,6 @@ class Function:
     def values_of(self, args):
         """What the compiled code receives for the (bound) arguments `args`."""
         return tuple(_argument_value(a) for a in args)
-
-    def _forward(self, transformed, values):
-        """Run the forward; returns the argument values its adjoint must get, and the forward's result.
-
-        An adjoint that restores shared buffers in place (arrays rotated by rebinding, a work array a
-        helper fills and returns) would restore the caller's arrays to what they held before the call:
-        such a forward runs on copies, which the caller's written arrays then take the contents of, as
-        after the Python call, and its adjoint gets the copies."""
-        if not transformed.restores_in_place:
-            return values, transformed.forward(*values)
-        private = tuple(np.copy(v) if isinstance(v, np.ndarray) else v for v in values)
-        result = transformed.forward(*private)
-        params = list(self._signature.parameters)
-        for p in transformed.written_params:
-            np.copyto(values[params.index(p)], private[params.index(p)])
-        return private, result
 
     def _bind(self, args, kwargs):
         if not kwargs and len(args) == len(self._signature.parameters):
@@ -257,13 +241,31 @@ def show_source(f, kind="adjoint", *example_args, after=None):
     return text
 
 
+def _run_forward(owner, transformed, values):
+    """Run the forward of `owner` (a Function or a `DerivedFunction`); returns the argument values its
+    adjoint must get, and the forward's result.
+
+    An adjoint that restores shared buffers in place (arrays rotated by rebinding, a work array a
+    helper fills and returns) would restore the caller's arrays to what they held before the call:
+    such a forward runs on copies, which the caller's written arrays then take the contents of, as
+    after the Python call, and its adjoint gets the copies."""
+    if not transformed.restores_in_place:
+        return values, transformed.forward(*values)
+    private = tuple(np.copy(v) if isinstance(v, np.ndarray) else v for v in values)
+    result = transformed.forward(*private)
+    params = owner.parameters(transformed)
+    for p in transformed.written_params:
+        np.copyto(values[params.index(p)], private[params.index(p)])
+    return private, result
+
+
 def _recorded_call(owner, transformed, args, values, active):
     """Run the compiled forward of `owner` (a Function, or a `DerivedFunction`) and record the call as one
     compiled segment; the arguments it writes into are kept as the call got them (for a higher order)."""
     params = owner.parameters(transformed) if transformed.written_params else []
     written = {params.index(p): np.copy(values[params.index(p)]) for p in transformed.written_params
                if isinstance(values[params.index(p)], np.ndarray)}
-    values, (outputs, saved) = owner._forward(transformed, values)
+    values, (outputs, saved) = _run_forward(owner, transformed, values)
     wrapped = _wrap_outputs(outputs)
     flat = wrapped if isinstance(wrapped, tuple) else (wrapped,)
     segment = CompiledSegment(owner, transformed, active)
@@ -425,12 +427,6 @@ class DerivedFunction:
         if not any(active):
             return _wrap_outputs(transformed.primal(*values))
         return _recorded_call(self, transformed, args, values, active)
-
-    def _forward(self, transformed, values):
-        if not transformed.restores_in_place:
-            return values, transformed.forward(*values)
-        private = tuple(np.copy(v) if isinstance(v, np.ndarray) else v for v in values)
-        return private, transformed.forward(*private)
 
 
 def _derived_ops():

@@ -126,12 +126,17 @@ def _positions(f, argnums, args):
 
 def _source(f, value, i):
     """Argument `i` as a Tensor to differentiate: float values only (an integer has no gradient)."""
+    return Tensor._wrap(np.array(_float_argument(f, value, i)))
+
+
+def _float_argument(f, value, i):
+    """Argument `i` as a NumPy value, refused unless it is a float (an integer has no gradient)."""
     array = value._value if isinstance(value, Tensor) else np.asarray(value)
     if array.dtype.kind != "f":
         raise TypeError(f"argument {i} of {_name(f)} has dtype {array.dtype}: only float arguments can be "
                         f"differentiated; pass it as a float (e.g. {array.astype(np.float64)!r}) or leave it out "
                         f"of argnums")
-    return Tensor._wrap(np.array(array))
+    return array
 
 
 def _tangent_like(t, primal, i, f):
@@ -186,7 +191,7 @@ def _compiled_value_and_grad(f, argnums, positions, args, kwargs):
         return None
     values = f.values_of(f._bind(args, kwargs))
     for i in positions:
-        _source(f, values[i], i)
+        _float_argument(f, values[i], i)        # checked, not copied: the compiled code reads it as it is
     active = tuple(i in positions for i in range(len(values)))
     outputs, grads = f.value_and_gradient(values, active)
     _check_scalar(f, outputs)
