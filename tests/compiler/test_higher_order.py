@@ -256,3 +256,49 @@ def test_jacobian_stays_in_reverse_mode_for_more_inputs_than_outputs(caplog):
     for i in range(3):
         expected[i, i] = X0[i] / np.linalg.norm(X0[i])
     np.testing.assert_allclose(J, expected, rtol=1e-12)
+
+
+def _smooth_into(x, work):
+    for i in range(1, x.shape[0] - 1):
+        work[i] = 0.25 * x[i - 1] + 0.5 * x[i] + 0.25 * x[i + 1]
+    work[0] = x[0]
+    work[-1] = x[-1]
+    return work
+
+
+@ad.function
+def smoothed_energy32(x, work, c):
+    """float32 rebound through a helper that fills the caller's work array, summed in a reversed loop."""
+    for _ in range(3):
+        work = _smooth_into(x, work)
+        x = np.tanh(c * work)
+    s = np.float32(0.0)
+    for j in range(x.shape[0] - 1, -1, -1):
+        s += x[j] * x[j]
+    return s
+
+
+def test_float32_rebound_through_a_helper_hessian_and_hvp():
+    """Numba widens float32 tangents times float64 partials: the tangent keeps its primal's dtype."""
+    x0, c = np.linspace(-1.0, 1.0, 7).astype(np.float32), np.float32(1.3)
+
+    def gradient64(a):
+        z = ad.constant(a[0].astype(np.float32))
+        with ad.GradientTape() as tape:
+            tape.watch(z)
+            y = smoothed_energy32(z, np.zeros(7, np.float32), c)
+        return tape.gradient(y, z).numpy().astype(np.float64)
+    x = ad.constant(x0)
+    with ad.GradientTape() as outer:
+        outer.watch(x)
+        with ad.GradientTape() as inner:
+            inner.watch(x)
+            y = smoothed_energy32(x, np.zeros(7, np.float32), c)
+        g = inner.gradient(y, x)
+    H = outer.jacobian(g, x).numpy()
+    assert g.dtype == np.float32
+    fd = finite_differences(gradient64, (x0.astype(np.float64),), 0, step=1e-2)
+    np.testing.assert_allclose(H, fd, rtol=2e-3, atol=2e-3)
+    v = np.ones(7, np.float32)
+    np.testing.assert_allclose(ad.hvp(lambda z: smoothed_energy32(z, np.zeros(7, np.float32), c), x0, v), H @ v,
+                               rtol=1e-4, atol=1e-5)

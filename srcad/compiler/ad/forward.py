@@ -152,7 +152,7 @@ class _Tangent:
             self.types[before] = self.rank_of(t)
             return [_at(Assign(before, t), s), s,
                     _at(Assign(self.name(v), BinOp("+", Call("np.zeros_like", (Name(v),)), Name(before))), s)]
-        return [_at(Assign(self.name(v), t), s), s]
+        return [_at(Assign(self.name(v), _in_dtype(t, out_ty)), s), s]
 
     def store(self, s):
         if s.array not in self.active:
@@ -278,6 +278,15 @@ class _Tangent:
 
 def names_atoms(e):
     return [Name(n) for n in names_in(e)]
+
+
+def _in_dtype(t, ty):
+    """The tangent `t` in the dtype of its primal of type `ty` where that is float32: Numba widens float32
+    times a float64 constant (a partial's `1.0 - ...`) to float64, and a name must keep one type."""
+    dtype = getattr(ty, "dtype", ty)
+    if dtype != nt.float32 or is_atom(t):
+        return t
+    return Call(".astype", (t, Global("np.float32"))) if isinstance(ty, nt.Array) else Call("np.float32", (t,))
 
 
 def _sum(terms):
