@@ -18,6 +18,7 @@ import types
 import numpy as np
 
 from .compiler.backends.base import check as check_target
+from .compiler.front.rules_of_functions import RULE, CustomRule
 from .jacobians import batch_shape
 from .source import capture_source
 from .tape import needs_gradient, record, recording_tapes
@@ -92,6 +93,37 @@ class Function:
     def __repr__(self):
         return f"<ad.function {self.python_function.__qualname__}>"
 
+    def defjvp(self, jvp):
+        """Give this function its own derivative, JAX's ``custom_jvp`` convention:
+        ``jvp(primals, tangents) -> (out, out_tangent)``, plain compilable Python, linear in
+        ``tangents``. Used wherever the function is differentiated: called from eager code or from
+        another ``@ad.function``, in forward and reverse mode, at every order (the rule is differentiated
+        in turn; a third derivative through it is refused). Define rules before the first call of a
+        compiled function that calls this one, or ``recompile()`` it after. Returns ``jvp``, so it can
+        decorate it (docs/functional.md)."""
+        self._set_rule(CustomRule(jvp=_plain_rule(jvp, "defjvp", "jvp")))
+        return jvp
+
+    def defvjp(self, fwd, bwd):
+        """Give this function its own reverse-mode derivative, JAX's ``custom_vjp`` convention:
+        ``fwd(*args) -> (out, residuals)`` and ``bwd(residuals, g) -> one cotangent per argument``
+        (None for an argument without one), plain compilable Python. Used wherever the function is
+        differentiated in reverse mode: called from eager code (a tape, ``ad.grad``...) or from another
+        ``@ad.function`` (whose adjoint runs ``bwd``), at every order where ``fwd`` and ``bwd`` can be
+        differentiated. Forward mode through it (``ad.jvp``, ``ad.hvp``) needs ``defjvp`` instead. A later
+        rule replaces an earlier one (docs/functional.md)."""
+        self._set_rule(CustomRule(fwd=_plain_rule(fwd, "defvjp", "fwd"), bwd=_plain_rule(bwd, "defvjp", "bwd")))
+
+    @property
+    def has_vjp_rule(self):
+        """Was it given a custom VJP (``defvjp``), which its compiled adjoint does not know?"""
+        rule = getattr(self.python_function, RULE, None)
+        return rule is not None and rule.bwd is not None
+
+    def _set_rule(self, rule):
+        setattr(self.python_function, RULE, rule)
+        self.recompile()
+
     def __reduce__(self):
         """Pickle by source and closure, never the compiled code: see srcad/serialize.py."""
         from .serialize import reduce_function
@@ -103,6 +135,9 @@ class Function:
         tapes = recording_tapes()
         active = tuple(needs_gradient(a, tapes) and a.dtype.kind == "f" for a in args) if tapes \
             else (False,) * len(args)
+        if self.has_vjp_rule and any(active):
+            from .rule_calls import call_with_vjp
+            return call_with_vjp(self, getattr(self.python_function, RULE), args, values)
         transformed = self._transform(values, active)
         if not any(active):
             return _wrap_outputs(transformed.primal(*values))
@@ -115,7 +150,7 @@ class Function:
         tape (``ad.value_and_grad``); the gradients are None where the output is not one float."""
         transformed = self._transform(values, active)
         values, (output, saved) = _run_forward(self, transformed, values)
-        if transformed.returns_tuple or np.ndim(output) != 0 or not isinstance(output, (float, np.floating)):
+        if transformed.returns_tuple or not isinstance(output, (float, np.floating)):
             return output, None
         return output, transformed.adjoint(*values, saved, type(output)(1.0))
 
@@ -290,6 +325,18 @@ class CompiledSegment:
     def name(self):
         return self.function.__name__
 
+    @property
+    def makes_tangents(self):
+        """Can forward mode go through it? Not through a call with a custom VJP (`defvjp`) inside."""
+        made = self.transformed.derived.get("makes_tangents")
+        if made is None:
+            from .compiler.ir import Call
+            from .compiler.ir.visit import own_exprs, subexpressions, walk
+            made = self.transformed.derived["makes_tangents"] = not any(
+                isinstance(e, Call) and e.fn == "srcad.rule_vjp"
+                for s in walk(self.transformed.ir.primal.body) for x in own_exprs(s) for e in subexpressions(x))
+        return made
+
     def vjp(self, node, out_grads, needed):
         if _needs_higher_order(node, out_grads):
             return self._recorded_vjp(node, out_grads, needed)
@@ -427,6 +474,15 @@ class DerivedFunction:
         if not any(active):
             return _wrap_outputs(transformed.primal(*values))
         return _recorded_call(self, transformed, args, values, active)
+
+
+def _plain_rule(rule, method, what):
+    """The Python function of a rule (an ``@ad.function`` or Numba dispatcher given is unwrapped)."""
+    from .compiler.front.parse import unwrap
+    plain = unwrap(rule)
+    if not inspect.isfunction(plain):
+        raise TypeError(f"{method}: `{what}` must be a Python function, got {rule!r}")
+    return plain
 
 
 def _derived_ops():

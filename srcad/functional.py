@@ -14,6 +14,7 @@ import numbers
 import numpy as np
 
 from .accumulator import ForwardAccumulator
+from .function import Function
 from .tape import GradientTape
 from .tensor import Tensor
 
@@ -173,6 +174,8 @@ def _plain(out):
 
 def _as_argument(g, arg):
     """A gradient as a NumPy value of its argument's shape and dtype (a float for a Python float)."""
+    if type(g) is np.ndarray and type(arg) is np.ndarray and g.dtype == arg.dtype and g.shape == arg.shape:
+        return g
     value = np.asarray(g._value if isinstance(g, Tensor) else g)
     like = np.asarray(arg._value if isinstance(arg, Tensor) else arg)
     value = value.astype(like.dtype, copy=False).reshape(like.shape)
@@ -184,15 +187,20 @@ def _like_argnums(argnums, grads):
 
 
 def _compiled_value_and_grad(f, argnums, positions, args, kwargs):
-    """The gradient of an `@ad.function` from its compiled forward and adjoint, without a tape."""
-    from .function import Function
-
-    if not isinstance(f, Function) or any(isinstance(a, Tensor) for a in args):
+    """The gradient of an `@ad.function` from its compiled forward and adjoint, without a tape (a few
+    microseconds over calling them: checks on the fast path first)."""
+    if type(f) is not Function or f.has_vjp_rule:
         return None
+    for a in args:
+        if isinstance(a, Tensor):
+            return None
     values = f.values_of(f._bind(args, kwargs))
     for i in positions:
-        _float_argument(f, values[i], i)        # checked, not copied: the compiled code reads it as it is
+        v = values[i]
+        if not (isinstance(v, float) or isinstance(v, np.ndarray) and v.dtype.kind == "f"):
+            _float_argument(f, v, i)    # checked, not copied: the compiled code reads it as it is
     active = tuple(i in positions for i in range(len(values)))
     outputs, grads = f.value_and_gradient(values, active)
-    _check_scalar(f, outputs)
+    if not isinstance(outputs, float):
+        _check_scalar(f, outputs)
     return _plain(outputs), _like_argnums(argnums, [_as_argument(g, args[i]) for g, i in zip(grads, positions)])

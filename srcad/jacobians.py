@@ -154,7 +154,8 @@ def _forward_is_cheaper(tape, sources, n):
 
     m = sum(s._value.size for s in sources)
     return 0 < m < n and not recording_tapes() and \
-        all(isinstance(node.op, (CompiledSegment, Primitive)) for node in tape._nodes)
+        all(isinstance(node.op, Primitive) or isinstance(node.op, CompiledSegment) and node.op.makes_tangents
+            for node in tape._nodes)
 
 
 def _forward_jacobian(tape, target, sources, unconnected):

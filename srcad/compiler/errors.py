@@ -11,6 +11,10 @@ class TransformError(Exception):
     """The function uses something srcad's compiler cannot handle (or would get wrong)."""
 
 
+class RuleError(TransformError, ValueError):
+    """A custom derivative rule (`f.defjvp`, `f.defvjp`) returns the wrong number or shapes of values."""
+
+
 def where(origin):
     """`func (file, line N)` for an IR origin."""
     return f"{origin.func} ({origin.file}, line {origin.line})"

@@ -165,7 +165,7 @@ def front(pyfunc, arg_types, active, boundscheck=True, target="cpu"):
     options.update((a.arg, t.dispatcher.py_func) for a, t in zip(info.tree.args.args, arg_types)
                    if isinstance(t, nb_types.Dispatcher))     # functions too: inlined where called
     arg_types = [nb_types.unicode_type if isinstance(t, nb_types.StringLiteral) else t for t in arg_types]
-    program = Program(lower(info, nones, options), arg_types=tuple(arg_types), active=tuple(bool(a) for a in active),
+    program = Program(lower(info, nones, options, any(active)), arg_types=tuple(arg_types), active=tuple(bool(a) for a in active),
                       boundscheck=boundscheck, backend=get_backend(target))
     check_arguments(program.primal, program.arg_types, program.active)
     return run_passes(program, FRONT)

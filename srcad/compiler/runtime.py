@@ -16,7 +16,9 @@ from numba.np.ufunc.parallel import _iget_num_threads
 # What generated code imports from here, by these names (user names that collide are renamed).
 EXPORTS = ("add_at", "check_index", "check_loop_index", "cotangent_times", "diag_like", "fail", "finite_or_zero",
            "frozen_array", "grow", "last_written", "log_or_zero", "median_slopes", "power_slope", "prod_slopes",
-           "reciprocal_or_zero", "stop_gradient", "sum_into", "thread_count", "tile", "tile_like", "trip_count",
+           "reciprocal_or_zero", "rule_block", "rule_cotangents", "rule_curvature", "rule_midpoint", "rule_slope",
+           "rule_step", "rule_vjp",
+           "shape_differs", "stop_gradient", "sum_into", "thread_count", "tile", "tile_like", "trip_count",
            "undiff", "unsort", "untile")
 
 _helper = numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
@@ -420,6 +422,89 @@ def fail(exception, args, at):
 def index_error(site, index, size):
     """Raise the IndexError of a failed check (site, index, size); `Checked` words the message."""
     raise IndexError(site, index, size)
+
+
+# A call of a function with a custom rule, `y = f(x)`, runs as `y = stop_gradient(out) + T(m, t)`, where
+# `out, T = jvp(m, t)` is the rule, `t = rule_step(x)` is zero with the derivative of x, and
+# `m = rule_midpoint(x, t)` is x with half its derivative, without a derivative of its own: the value is
+# `out`, and `T(x0 + t/2, t)` is the midpoint rule for the integral of J from x0 to x, exact in its first
+# and second derivatives (the rule's J and its derivative J'). A third is refused (`rule_curvature`).
+
+def rule_step(x):
+    """Zero, of x's shape and type; its derivative with respect to x is one (`rule_slope`)."""
+
+
+@_overload(rule_step)
+def _rule_step_overload(x):
+    if isinstance(x, numba.types.Array):
+        return lambda x: np.zeros_like(x)
+    zero = numba.np.numpy_support.as_dtype(x).type(0)
+    return lambda x: zero
+
+
+def rule_midpoint(x, t):
+    """x + t / 2 for float values (t is zero: the value is x); integers and booleans as they are."""
+
+
+@_overload(rule_midpoint)
+def _rule_midpoint_overload(x, t):
+    dtype = x.dtype if isinstance(x, numba.types.Array) else x
+    if isinstance(dtype, numba.types.Float):
+        return lambda x, t: x + 0.5 * t
+    return lambda x, t: x
+
+
+@_helper
+def rule_slope(x):
+    """The derivative of `rule_step`: one (its own derivative is `rule_curvature`)."""
+    return 1.0
+
+
+@_helper
+def rule_curvature(x):
+    """The second derivative of `rule_step`: zero (refused as differentiated again: see `ad/rules.py`)."""
+    return 0.0
+
+
+# A call of a function with a custom VJP, `y = f(x)`, runs `out, residuals = fwd(x)` and
+# `y = stop_gradient(out) + rule_vjp(out, (x,), k)`: the adjoint of `rule_vjp` is the code of
+# `bwd(residuals, g)`, kept in `if rule_block(k):` (never run, typed with the rest) and ended by
+# `rule_cotangents(k, cotangents)` (see ad/local.py).
+
+@_helper
+def rule_block(key):
+    """False: the branch holding a custom VJP's code for the reverse sweep never runs in the forward."""
+    return False
+
+
+@_helper
+def rule_cotangents(key, cotangents):
+    """Marks the cotangents a custom VJP's code computes (it does nothing)."""
+    return None
+
+
+def rule_vjp(out, args, key):
+    """Zero, of `out`'s shape and type: its adjoint is the custom VJP of call `key`."""
+
+
+@_overload(rule_vjp)
+def _rule_vjp_overload(out, args, key):
+    if isinstance(out, numba.types.Array):
+        return lambda out, args, key: np.zeros_like(out)
+    zero = numba.np.numpy_support.as_dtype(out).type(0)
+    return lambda out, args, key: zero
+
+
+def shape_differs(a, b):
+    """Do `a` and `b` differ in shape (a scalar's shape is ())? A custom rule's tangent must have its value's."""
+
+
+@_overload(shape_differs)
+def _shape_differs_overload(a, b):
+    arrays = isinstance(a, numba.types.Array), isinstance(b, numba.types.Array)
+    if arrays == (True, True) and a.ndim == b.ndim:
+        return lambda a, b: a.shape != b.shape
+    return lambda a, b: arrays[0] or arrays[1]
 
 
 def check_index(a, axis, i, site):

@@ -78,6 +78,16 @@ def script(threads=False, copies=1):
     return SCRIPT.format(here=str(Path(__file__).parent), threads=threads, copies=copies)
 
 
+def numba_cache_of(cache):
+    """Where Numba keeps its cache files of the modules in `cache`: next to them, or under NUMBA_CACHE_DIR
+    (which the suite sets: tests/conftest.py) in a folder named by the modules' folder."""
+    import numba
+    from numba.core.caching import _CacheLocator
+    if not numba.config.CACHE_DIR:
+        return cache / "__pycache__"
+    return Path(numba.config.CACHE_DIR) / _CacheLocator.get_suitable_cache_subpath(str(cache / "module.py"))
+
+
 def run_script(cache, **env_vars):
     env = dict(os.environ, SRCAD_CACHE_DIR=str(cache), **env_vars)
     env.pop("SRCAD_BOUNDSCHECK", None)
@@ -202,7 +212,7 @@ def test_truncated_cache_files_are_discarded_and_recompiled_once(tmp_path, monke
     module.write_text(module.read_text()[:200])                            # srcad's module
     meta = module.with_suffix(".json")
     meta.write_text(meta.read_text()[:10])                                 # its description
-    indexes = list((cache / "__pycache__").glob("*cubes*.nbi"))             # Numba's index
+    indexes = list(numba_cache_of(cache).glob("*cubes*.nbi"))              # Numba's index
     assert indexes
     for index in indexes:
         index.write_bytes(index.read_bytes()[:30])

@@ -33,7 +33,7 @@ from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Effect, For
 from ..ir.forms import is_atom, is_tree, leaves
 from ..ir.visit import names_in
 from .local import value_type
-from .rules import ARRAY_RULES, ELEMENTWISE, JOINS, NONDIFF, instantiate, is_elementwise, partials_of
+from .rules import ARRAY_RULES, ELEMENTWISE, JOINS, NONDIFF, instantiate, is_elementwise, no_rule, partials_of
 
 # calls whose tangent is the argument's, as a new array (the primal makes a copy)
 _COPIES = frozenset({"np.copy", ".copy", "np.array", "np.ascontiguousarray"})
@@ -218,9 +218,7 @@ class _Tangent:
                 return JOINS[fn].tangent(items, ditems, [rank(type_of(self.fn, x)) for x in items], axis)
             if fn in ELEMENTWISE:
                 return self.copied(value, self.tree(value, out_ty))
-            raise TransformError(f"{where(s.origin)}: no derivative rule for `{fn}` in `{s.origin.text}`. Hint: "
-                                 f"wrap it with ad.stop_gradient(...) if it should not be differentiated, or write "
-                                 f"it with supported math/NumPy functions (adding a rule: docs/rules.md)")
+            raise no_rule(s, fn)
         if isinstance(value, (BinOp, UnaryOp, Tuple)) and not any(self.is_active(a) for a in names_atoms(value)):
             return None
         raise TransformError(f"{where(s.origin)}: cannot differentiate `{s.origin.text}`. Hint: write it with "

@@ -19,12 +19,11 @@ from numba.core import types as nt
 
 from ..analysis.types import gather_axis, index_array, rank, type_of
 from ..errors import TransformError, problem, where
-from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Global, Name, Pop, Push, Slice, Store,
+from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Effect, Global, If, Name, Pop, Push, Slice, Store,
                   Subscript, Tuple, UnaryOp)
 from ..ir.forms import data_names, is_atom, is_tree, leaves
-from ..ir.visit import children, defines, names_in, own_exprs, subexpressions, walk
-from .rules import (ARRAY_RULES, ELEMENTWISE, JOINS, NONDIFF, instantiate, is_elementwise, partials_of,
-                    why_not_differentiated)
+from ..ir.visit import children, clone, defines, names_in, own_exprs, subexpressions, walk
+from .rules import (ARRAY_RULES, ELEMENTWISE, JOINS, NONDIFF, instantiate, is_elementwise, partials_of, no_rule)
 
 _SHAPE_ONLY_CALLS = frozenset({"np.zeros_like", "np.empty_like", "np.shape", "np.size", "len", "np.ndim"})
 
@@ -91,6 +90,8 @@ class LocalAdjoints:
         return self.memo[id(s)]
 
     def _build(self, s):
+        if isinstance(s, Assign) and isinstance(s.value, Call) and s.value.fn == "srcad.rule_vjp":
+            return self._rule_vjp(s) if s.target in self.active else []
         if isinstance(s, Assign):
             return self._assign(s) if s.target in self.active else []
         if isinstance(s, Store):
@@ -144,6 +145,19 @@ class LocalAdjoints:
         for atom, expr, mode, r in _grouped(self.contributions(s, s.value, self.fn.types.get(v), Name(g))):
             out += self.accumulate(atom, expr, mode, r)
         return out
+
+    def _rule_vjp(self, s):
+        """`z = rule_vjp(out, args, k)` (a call through a custom VJP: front/lower.py `through_vjp_rule`): the
+        statements of the user's `bwd`, kept in the branch `if rule_block(k):`, with its cotangent `g` bound
+        to the adjoint of `z`; each cotangent they compute goes into its argument."""
+        _, args, key = s.value.args
+        block = _rule_block(self.fn, key)
+        g, marker = block[0].target, block[-1]
+        out = [Assign(g, Name(self.adjoint_name(s.target)))] + clone(block[1:-1])
+        for a, c in zip(args.items, marker.call.args[1].items):
+            if c != Const(None):
+                out += self.accumulate(a, c, "exact", rank(type_of(self.fn, c)))
+        return out + [self.zero(s.target)]
 
     def _store(self, s):
         view = Subscript(Name(self.adjoint_name(s.array)), s.index)
@@ -236,10 +250,7 @@ class LocalAdjoints:
                 return self.join_rule(fn, list(value.args[0].items), axis, g)
             if fn in ELEMENTWISE:
                 return self.tree(value, out_ty, g)
-            raise TransformError(f"{where(s.origin)}: no derivative rule for `{fn}`{why_not_differentiated(fn)} in "
-                                 f"`{s.origin.text}`. Hint: "
-                                 f"wrap it with ad.stop_gradient(...) if it should not be differentiated, or write "
-                                 f"it with supported math/NumPy functions (adding a rule: docs/rules.md)")
+            raise no_rule(s, fn)
         if isinstance(value, (BinOp, UnaryOp, Tuple)) and not any(self.is_active(a) for a in _atoms(value)):
             return []
         raise TransformError(f"{where(s.origin)}: cannot differentiate `{s.origin.text}`. Hint: write it with "
@@ -398,3 +409,12 @@ def value_names(e):
     parts = e.args[1:] + tuple(v for _, v in e.keywords) if isinstance(e, Call) and e.fn in _SHAPE_ONLY_CALLS \
         else children(e)
     return set().union(*(value_names(x) for x in parts)) if parts else set()
+
+
+def _rule_block(fn, key):
+    """The statements of `if rule_block(key):` in `fn`: the custom VJP of call `key`, ended by its
+    `rule_cotangents` marker."""
+    for t in walk(fn.body):
+        if isinstance(t, If) and isinstance(t.cond, Call) and t.cond.fn == "srcad.rule_block" and t.cond.args == (key,):
+            return t.body
+    raise TransformError(f"{fn.name}: the code of custom VJP {key.value} is missing (internal error)")

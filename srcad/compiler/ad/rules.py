@@ -143,6 +143,10 @@ elementwise("srcad.power_slope", lambda a, b: b * srcad.power_slope(a, b - 1.0),
 elementwise("srcad.log_or_zero", lambda a: srcad.reciprocal_or_zero(a))
 elementwise("srcad.reciprocal_or_zero", lambda a: -srcad.reciprocal_or_zero(a) ** 2)
 elementwise("srcad.cotangent_times", lambda g, p: srcad.finite_or_zero(p), lambda g, p: g)
+# the calls a custom rule (`f.defjvp`) runs through (runtime.rule_step)
+elementwise("srcad.rule_step", lambda a: srcad.rule_slope(a))
+elementwise("srcad.rule_slope", lambda a: srcad.rule_curvature(a))
+elementwise("srcad.rule_midpoint", lambda a, t: Const(0.0), lambda a, t: Const(0.5))
 elementwise("srcad.finite_or_zero", lambda a: Compare("==", a - a, Const(0.0)))
 
 # Python operators, by their IR spelling.
@@ -176,7 +180,7 @@ NONDIFF = frozenset("""
     np.trunc np.round np.rint np.sign np.argmax np.argmin np.isnan np.isinf np.isfinite math.isnan
     math.isinf math.isfinite np.floor_divide np.logical_and np.logical_or np.logical_not np.greater
     np.less np.equal np.shape np.ndim np.size np.argsort np.heaviside math.factorial np.int64 np.int32
-    np.bool_ range srcad.trip_count srcad.last_written srcad.frozen_array srcad.median_slopes np.imag
+    np.bool_ range srcad.rule_block srcad.rule_cotangents srcad.shape_differs srcad.trip_count srcad.last_written srcad.frozen_array srcad.median_slopes np.imag
     np.int8 np.int16 np.uint8 np.uint16 np.uint32 np.uint64 np.intc np.uintc np.intp np.uintp np.finfo np.iinfo
     np.dtype np.bitwise_and np.bitwise_or np.bitwise_xor np.bitwise_not np.invert np.left_shift np.right_shift
     np.greater_equal np.less_equal np.not_equal np.logical_xor np.signbit np.spacing np.any np.all np.nonzero
@@ -196,6 +200,10 @@ NOT_DIFFERENTIATED = {name: reason for names, reason in (
      "no rule yet; write it as loops over the arrays"),
     ("np.hstack np.vstack np.dstack np.column_stack", "no rule yet; use np.concatenate or np.stack"),
     ("np.ediff1d", "no rule yet; use np.diff"),
+    ("srcad.rule_vjp", "forward mode (a tangent, ad.jvp, ad.hvp, a forward-mode jacobian) through a function "
+     "with a custom VJP (defvjp) is not supported: give it a forward rule with defjvp"),
+    ("srcad.rule_curvature", "a derivative of third order through a function with a custom rule (defjvp) is not "
+     "supported: its first and second derivatives are exact, not its third"),
     ("np.take", "no rule yet; index with an array, x[idx], which is differentiated"),
     ("np.partition np.unique np.histogram np.bincount np.roots np.fill_diagonal",
      "its result is not a smooth function of its argument, or no rule yet; write it as a loop"),
@@ -213,9 +221,14 @@ NOT_DIFFERENTIATED = {name: reason for names, reason in (
 ) for name in names.split()}
 
 
-def why_not_differentiated(fn):
-    """' (<reason>)' for a function of NOT_DIFFERENTIATED, for the refusal's message; else ''."""
-    return f" ({NOT_DIFFERENTIATED[fn]})" if fn in NOT_DIFFERENTIATED else ""
+def no_rule(s, fn):
+    """The TransformError for statement `s`, which calls `fn`, a function without a derivative rule (with
+    the reason where NOT_DIFFERENTIATED gives one)."""
+    from ..errors import TransformError, where
+    why = f" ({NOT_DIFFERENTIATED[fn]})" if fn in NOT_DIFFERENTIATED else ""
+    return TransformError(f"{where(s.origin)}: no derivative rule for `{fn}`{why} in `{s.origin.text}`. Hint: wrap "
+                          f"it with ad.stop_gradient(...) if it should not be differentiated, or write it with "
+                          f"supported math/NumPy functions (adding a rule: docs/rules.md)")
 
 
 # ---- whole-array functions: tangent and transposes ----------------------------------------------

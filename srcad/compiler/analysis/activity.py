@@ -42,6 +42,8 @@ def differentiable_inputs(value):
     if isinstance(value, Call):
         if value.fn in NONDIFF or value.fn == "srcad.stop_gradient":
             return []
+        if value.fn == "srcad.rule_vjp":      # (out, arguments, key): derivatives flow from the arguments
+            return [a for a in value.args[1].items if not isinstance(a, (Const, Tuple))]
         if value.fn in ELEMENTWISE:
             partials = ELEMENTWISE[value.fn]
             return [a for a, p in zip(value.args, partials) if p is not None]

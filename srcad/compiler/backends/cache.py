@@ -120,7 +120,8 @@ def compiler_hash():
     """Changes whenever the compiler's own source changes (stale caches are never reused)."""
     global _COMPILER_HASH
     if _COMPILER_HASH is None:
-        _COMPILER_HASH = tree_hash(_COMPILER_ROOT, numba.__version__)
+        # Numba's optimization level too: its own cache does not key on it (the tests compile at 0)
+        _COMPILER_HASH = tree_hash(_COMPILER_ROOT, f"{numba.__version__} opt={int(numba.config.OPT)}")
     return _COMPILER_HASH
 
 

@@ -19,12 +19,13 @@ import operator
 import numpy as np
 
 from ..ad.rules import is_elementwise
-from ..errors import TransformError, where
+from ..errors import RuleError, TransformError, where
 from ..runtime import EXPORTS, freeze
 from ..ir import (Assign, Attribute, BinOp, Call, Compare, Const, Effect, For, Function, Global, If, Name, Names, Slice,
                   Store, Subscript, Tuple, UnaryOp, While)
 from ..ir.forms import is_atom, is_shape_entry, is_tree
 from ..ir.visit import names_in
+from .rules_of_functions import rule_of
 from .parse import FuncInfo, all_names, canonical_callable, is_stop_gradient, load, loop_kind, resolve, unwrap
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
@@ -61,13 +62,14 @@ RESERVED = {"np", "math", "numba", "List", "types", "range", "len", "abs", "min"
     set(EXPORTS)
 
 
-def lower(top, nones=frozenset(), options=None):
+def lower(top, nones=frozenset(), options=None, differentiated=False):
     """The IR Function of parsed function `top` (a FuncInfo), with everything it calls inlined. The
     parameters in `nones` are passed None: tests of them (`if w is None:`) are decided here, as for
     module constants, so the branch that would use them as values is dropped. `options` maps the
     parameters passed strings (`method="linear"`) or functions to them: constants of this compile, as
-    in Numba."""
-    ctx = _Context(top)
+    in Numba. `differentiated`: the code will be differentiated, so functions with a custom rule
+    (`f.defjvp`) are called through it, `top` too."""
+    ctx = _Context(top, differentiated)
     options = options or {}
     params = [a.arg for a in top.tree.args.args]
     assigned = _assigned_names(top.tree.body)
@@ -81,9 +83,14 @@ def lower(top, nones=frozenset(), options=None):
                                       for p, v in options.items() if p not in copies}, helper=False,
                    nones={p for p in nones if p not in copies})
     low.at(top.tree)
-    for p, local in copies.items():
-        low.assign(local, Const(None) if p in nones else Name(outer.get(p, p)))
-    body, outs, is_tuple = low.function()
+    rule = rule_of(top.pyfunc) if differentiated else None
+    if rule is not None and rule.jvp is not None:      # a custom VJP is the caller's to use (function.py)
+        args = [Const(None) if p in nones else low.subst.get(p, Name(outer.get(p, p))) for p in params]
+        body, outs, is_tuple = low.out, *low.through_rule(rule, top.name, args, top.tree)
+    else:
+        for p, local in copies.items():
+            low.assign(local, Const(None) if p in nones else Name(outer.get(p, p)))
+        body, outs, is_tuple = low.function()
     body[:0] = ctx.frozen.values()       # module-level arrays read, bound once on entry
     if not outs:
         raise top.error(top.tree, "a function that returns nothing", "return the value(s) to differentiate")
@@ -96,7 +103,9 @@ def lower(top, nones=frozenset(), options=None):
 class _Context:
     """What the lowering of one top function shares across the helpers it inlines."""
 
-    def __init__(self, top):
+    def __init__(self, top, differentiated=False):
+        self.differentiated = differentiated
+        self.rule_sites = []         # functions called through a custom VJP, by key (`through_vjp_rule`)
         self.names = Names(all_names(top.tree) | RESERVED)
         self.moved = set()           # names bound by a helper's result: a move, not an alias
         self.results = {}            # name bound where a function returns early -> its call (Origin.call)
@@ -115,6 +124,10 @@ class _Context:
             self.infos.append(info)
             self.names.used |= all_names(info.tree)
         return self.loaded[pyfunc]
+
+
+def _count(items):
+    return "one value" if items is None else f"a tuple of {len(items)}"
 
 
 def _assigned_names(stmts):
@@ -243,6 +256,7 @@ class _Lowerer:
         self.returns_tuple = False
         self.origin = None
         self.defs = {}               # functions defined by `def` in this body, by name (_Callee)
+        self.rule = False            # a custom rule's body: it returns tuples of tuples, `(out, out_tangent)`
 
     # ---- helpers ---------------------------------------------------------------------------------
     def err(self, node, construct, hint):
@@ -316,7 +330,7 @@ class _Lowerer:
         e = self.expr(node.value)
         if isinstance(e, Tuple):
             self.returns_tuple = True
-            return [self.as_atom(x) for x in e.items]
+            return [self.tuple_item(x) if self.rule else self.as_atom(x) for x in e.items]
         return [self.as_atom(e)]
 
     # ---- statements ------------------------------------------------------------------------------
@@ -1047,7 +1061,11 @@ class _Lowerer:
         return Call("np.array", (Tuple(tuple(self.atom(e) for e in node.elts)),), kws)
 
     def expr_Tuple(self, node):
-        return Tuple(tuple(self.atom(e) for e in node.elts))
+        return Tuple(tuple(self.tuple_item(self.expr(e)) if self.rule else self.atom(e) for e in node.elts))
+
+    def tuple_item(self, e):
+        """An item of a tuple a rule returns: an atom, or a tuple of atoms (outputs of a tuple function)."""
+        return Tuple(tuple(self.as_atom(x) for x in e.items)) if isinstance(e, Tuple) else self.as_atom(e)
 
     def index(self, node):
         """The index of a subscript as a tuple of atoms and slices."""
@@ -1361,6 +1379,15 @@ class _Lowerer:
                            "function (decorate helpers with @ad.function or @numba.njit only)")
         info = self.ctx.load(pyfunc) if pyfunc is not None else callee.info
         params, args = self.bind_arguments(callee, info, node)
+        rule = rule_of(pyfunc) if self.ctx.differentiated else None
+        if rule is not None:
+            outs, is_tuple = self.through_rule(rule, info.name, args, node)
+            return Tuple(tuple(outs)) if is_tuple else outs[0]
+        return self.inline_bound(callee, info, params, args, node)
+
+    def inline_bound(self, callee, info, params, args, node, rule=False):
+        """The inlined body of `callee` (parsed as `info`) for the arguments `args` of its `params`;
+        `rule`: it is a custom rule (`through_rule`)."""
         k = self.ctx.sites.get(info.name, 0) + 1
         self.ctx.sites[info.name] = k
         prefix = info.name if k == 1 else f"{info.name}{k}"
@@ -1387,6 +1414,7 @@ class _Lowerer:
         self.ctx.stack.append(callee.key)
         self.ctx.calls += 1
         sub = _Lowerer(self.ctx, info, rename, subst, True, self.call_path + (self.ctx.calls,), nones)
+        sub.rule = rule
         if callee.definer is not None:
             sub.defs.update((n, d) for n, d in callee.definer.defs.items() if n not in rename)
         try:
@@ -1399,6 +1427,113 @@ class _Lowerer:
         if is_tuple:
             return Tuple(tuple(outs))
         return outs[0] if outs else Const(0)
+
+    def through_rule(self, rule, name, args, node):
+        """`name(*args)` by its custom rule (`f.defjvp`, `f.defvjp`): (output atoms, returns a tuple)."""
+        if any(isinstance(a, _Callee) for a in args):
+            raise self.err(node, f"a function passed to `{name}`, which has a custom rule",
+                           "pass arrays and numbers only")
+        if rule.jvp is None:
+            return self.through_vjp_rule(rule, name, args, node)
+        return self.through_jvp_rule(rule, name, args, node)
+
+    def through_vjp_rule(self, rule, name, args, node):
+        """With `fwd` and `bwd`: the value is `out` of `out, residuals = fwd(*args)`, plus `rule_vjp(...)`,
+        zero, whose adjoint (`ad/local.py`) runs the statements of `bwd(residuals, g)` kept here in a branch
+        that never runs (`rule_block`; typed with the rest), and adds each cotangent into its argument."""
+        info = self.ctx.load(rule.fwd)
+        pair = self.tuple_items(self.inline_bound(_Callee(pyfunc=rule.fwd), info, [a.arg for a in info.tree.args.args],
+                                                  args, node, rule=True))
+        if pair is None or len(pair) != 2:
+            raise RuleError(f"{where(self.origin)}: the fwd rule of `{name}` ({info.name}) returns {_count(pair)}; "
+                            "expected two values: (out, residuals)")
+        out, residuals = pair
+        if isinstance(out, Tuple):
+            raise self.err(node, f"a call to `{name}`, which returns a tuple and has a custom VJP (`defvjp`), in "
+                           "compiled code", f"give `{name}` a forward rule instead (`{name}.defjvp(jvp)`), or call it "
+                           "from eager code (docs/functional.md)")
+        out = self.as_atom(out)
+        key = Const(len(self.ctx.rule_sites))
+        self.ctx.rule_sites.append(name)
+        saved, self.out = self.out, []
+        g = self.temp(Call("srcad.stop_gradient", (out,)), f"g_{name}")
+        binfo = self.ctx.load(rule.bwd)
+        cotangents = self.tuple_items(self.inline_bound(_Callee(pyfunc=rule.bwd), binfo,
+                                                        [a.arg for a in binfo.tree.args.args], [residuals, g], node,
+                                                        rule=True))
+        if cotangents is None or len(cotangents) != len(args):
+            raise RuleError(f"{where(self.origin)}: the bwd rule of `{name}` ({binfo.name}) returns "
+                            f"{_count(cotangents)}; expected a tuple of {len(args)} cotangents, one per argument "
+                            "(None for one without)")
+        cotangents = [c if c == Const(None) else self.as_atom(c) for c in cotangents]
+        for k, (a, c) in enumerate(zip(args, cotangents)):
+            if c != Const(None) and not isinstance(a, Tuple):
+                self.check_same_shape(a, c, f"the bwd rule of `{name}` returns a cotangent of another shape than "
+                                            f"argument {k}; expected the argument's shape")
+        self.emit(Effect(Call("srcad.rule_cotangents", (key, Tuple(tuple(cotangents)))), self.origin))
+        block, self.out = self.out, saved
+        self.emit(If(Call("srcad.rule_block", (key,)), block, [], self.origin))
+        zero = self.temp(Call("srcad.rule_vjp", (out, Tuple(tuple(args)), key)), f"{name}_vjp")
+        stopped = self.temp(Call("srcad.stop_gradient", (out,)), "stopped")
+        return [self.temp(BinOp("+", stopped, zero), f"{name}_result")], False
+
+    def check_same_shape(self, a, b, message):
+        """Raise ValueError(message) where `a` and `b` differ in shape (`runtime.shape_differs`)."""
+        differs = self.temp(Call("srcad.shape_differs", (a, b)), "differs")
+        saved, self.out = self.out, []
+        self.fail(ValueError, [ast.Constant(message)])
+        raising, self.out = self.out, saved
+        self.emit(If(differs, raising, [], self.origin))
+
+    def through_jvp_rule(self, rule, name, args, node):
+        """With `jvp`: the value is the rule's `out` plus its tangent, zero, for the steps `t = rule_step(a)`
+        at the midpoints `rule_midpoint(a, t)`: first and second derivatives are the rule's, in both modes
+        (runtime.rule_step)."""
+        info = self.ctx.load(rule.jvp)
+        jvp = _Callee(pyfunc=rule.jvp)
+        params = [a.arg for a in info.tree.args.args]
+        if len(params) != 2:
+            raise RuleError(f"{where(self.origin)}: the jvp rule of `{name}` ({info.name}) takes {len(params)} "
+                            "parameters; expected two: (primals, tangents)")
+        steps = [self.through_step(a, "rule_step") for a in args]
+        midpoints = [self.through_step(a, "rule_midpoint", t) for a, t in zip(args, steps)]
+        result = self.inline_bound(jvp, info, params, [Tuple(tuple(midpoints)), Tuple(tuple(steps))], node, rule=True)
+        pair = self.tuple_items(result)
+        if pair is None or len(pair) != 2:
+            raise RuleError(f"{where(self.origin)}: the jvp rule of `{name}` ({info.name}) returns "
+                            f"{_count(pair)}; expected two: (out, out_tangent)")
+        outs, tangents = (self.tuple_items(x) for x in pair)
+        if (outs is None) != (tangents is None) or (outs is not None and len(outs) != len(tangents)):
+            raise RuleError(f"{where(self.origin)}: the jvp rule of `{name}` ({info.name}) returns out = "
+                            f"{_count(outs)} and out_tangent = {_count(tangents)}; expected one tangent per output")
+        is_tuple = outs is not None
+        if not is_tuple:
+            outs, tangents = pair[:1], pair[1:]
+        return [self.ruled_output(o, t, name) for o, t in zip(outs, tangents)], is_tuple
+
+    def through_step(self, a, step, *more):
+        """`srcad.<step>(a, *more)` (`runtime.rule_step`) of an argument: of each item of a tuple; None stays."""
+        if isinstance(a, Tuple):
+            return Tuple(tuple(self.through_step(x, step, *(m.items[k] for m in more)) for k, x in enumerate(a.items)))
+        if a == Const(None):
+            return a
+        return self.temp(Call(f"srcad.{step}", (a, *more)), f"{step[5:]}_{a.id}" if isinstance(a, Name) else step[5:])
+
+    def tuple_items(self, e):
+        """The items of a tuple a helper returned (a literal, or a local bound to one); else None."""
+        if isinstance(e, Tuple):
+            return list(e.items)
+        if isinstance(e, Name) and e.id in self.ctx.tuples:
+            return [Name(n) for n in self.ctx.tuples[e.id]]
+        return None
+
+    def ruled_output(self, out, tangent, name):
+        """`stop_gradient(out) + tangent`, once a check has made sure their shapes agree."""
+        out, tangent = self.as_atom(out), self.as_atom(tangent)
+        self.check_same_shape(out, tangent, f"the jvp rule of `{name}` returns an out_tangent of another shape "
+                                            "than its out; expected the same shape")
+        stopped = self.temp(Call("srcad.stop_gradient", (out,)), "stopped")
+        return self.temp(BinOp("+", stopped, tangent), f"{name}_result")
 
     @staticmethod
     def captured(callee, own, rename, subst):

@@ -1,0 +1,15 @@
+"""Settings of the whole suite, made before Numba loads.
+
+Numba compiles without LLVM's optimizations (NUMBA_OPT=0): the tests check
+results, not speed, and compiling is most of the suite's time (it runs twice
+as fast). The generated code and Numba's own cache then go to directories of
+the tests' own, so that unoptimized code never serves a user's program or a
+benchmark (srcad's cache key has the level too). Each can be overridden from
+the environment.
+"""
+import os
+
+_TESTS_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "srcad-tests")
+os.environ.setdefault("NUMBA_OPT", "1")
+os.environ.setdefault("SRCAD_CACHE_DIR", _TESTS_CACHE)
+os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(_TESTS_CACHE, "numba"))
