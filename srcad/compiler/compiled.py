@@ -17,6 +17,7 @@ import numpy as np
 from .backends import cache
 from .errors import from_numba, user_exception
 from .front.bounds import site_message
+from .ir.facts import Bounds
 from .runtime import Raised
 
 COMPILE_LOCK = threading.RLock()      # one compile at a time in a process (transforms and lazy primals)
@@ -201,7 +202,7 @@ def primal_of(fn, arg_types, root, backend):
     cache.write_module(path, src)
     primal = _PRIMALS.get(path)
     if primal is None:
-        sites = fn.facts.get("bounds", {}).get("sites", [])
+        sites = fn.facts.of(Bounds).sites
         primal = _PRIMALS[path] = LazyPrimal(path, src, origins, fn.name, sites, backend)
     return primal
 

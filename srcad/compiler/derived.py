@@ -18,6 +18,7 @@ from .ad.vjp import vjp_function
 from .analysis.aliasing import analyse_aliasing
 from .backends import cache
 from .compiled import COMPILE_LOCK, Checked
+from .ir.facts import Bounds
 from .opt.cleanup import eliminate_dead_code, fold_constants, simplify
 from .pipeline import copy_function
 
@@ -59,7 +60,7 @@ def _compile_tangent(transformed):
     source, origins = backend.module_source([fn], transformed.name)
     path = cache.cache_dir() / f"{fn.name}_{cache.content_hash(source)[:20]}.py"
     cache.write_module(path, source)
-    sites = transformed.ir.primal.facts.get("bounds", {}).get("sites", [])
+    sites = transformed.ir.primal.facts.of(Bounds).sites
     dispatcher = Checked(backend.load(path, source, fn.name), path, origins, transformed.name, backend, sites)
     return Tangent(dispatcher, transformed.n_outputs, readable)
 

@@ -16,6 +16,7 @@ from .backends import cache
 from .backends.base import get as get_backend
 from .compiled import COMPILE_LOCK, Checked, Transformed, primal_of
 from .front.flatten import flatten
+from .ir.facts import Aliasing, Bounds, OptionalValues, Reverse
 from .pipeline import Program, check_arguments, copy_function, finish, front
 
 _META_KEYS = ("sources", "returns_tuple", "n_outputs", "written_params", "workspace", "slots", "sites",
@@ -104,15 +105,15 @@ def _compile(program, primal, root, base):
     source, origins = backend.module_source([forward, adjoint], name)
     path = root / f"{base}.py"
     cache.write_module(path, source)
-    sites = program.primal.facts.get("bounds", {}).get("sites", [])
+    sites = program.primal.facts.of(Bounds).sites
     fwd, adj = _load(path, source, origins, name, sites, backend)
     meta = {"sources": {"primal": primal.text, "forward": backend.function_source(forward, name),
                         "adjoint": backend.function_source(adjoint, name)},
             "returns_tuple": program.primal.returns_tuple, "n_outputs": len(program.primal.outputs),
-            "written_params": program.primal.facts["aliasing"]["written_params"],
+            "written_params": program.primal.facts.of(Aliasing).written_params,
             "workspace": [backend.buffer_dtype(forward.stacks[w]) for w in forward.workspace],
             "slots": _workspace_slots(forward), "sites": sites,
-            "once_per_forward": adjoint.facts["reverse"]["once_per_forward"],
+            "once_per_forward": adjoint.facts.of(Reverse).once_per_forward,
             "optional_outputs": _optional_outputs(program),
             "module_sha256": cache.content_hash(source)}
     cache.save_meta(root / f"{base}.json", meta)
@@ -122,15 +123,15 @@ def _compile(program, primal, root, base):
 
 def _workspace_slots(forward):
     """Where each workspace stack's final buffer sits in the forward's `saved`."""
-    saved = forward.facts["reverse"]["saved"]
+    saved = forward.facts.of(Reverse).saved
     return [saved.index(w) for w in forward.workspace]
 
 
 def _optional_outputs(program):
     """(output, position of its flag in `saved`, rank, dtype) of each output that may be None."""
-    primal, saved = program.primal, program.forward.facts["reverse"]["saved"]
+    primal, saved = program.primal, program.forward.facts.of(Reverse).saved
     out = []
-    for k, flag in sorted(primal.facts.get("optional", {}).get("outputs", {}).items()):
+    for k, flag in sorted(primal.facts.of(OptionalValues).outputs.items()):
         ty = primal.types[primal.outputs[k].id]
         out.append((k, saved.index(flag), getattr(ty, "ndim", 0), str(getattr(ty, "dtype", ty))))
     return out

@@ -30,6 +30,7 @@ from .errors import from_numba
 from .front.bounds import insert_index_checks
 from .front.lower import lower
 from .front.parse import load
+from .ir.facts import Activity, Aliasing, Bounds, Lowered, OptionalValues, Reverse
 from .ir.printer import function_text
 from .ir.visit import clone
 from .opt.accumulate import sum_invariant_accumulations
@@ -73,6 +74,8 @@ def _coalesce(program):
 def _bounds(program):
     if program.boundscheck:
         insert_index_checks(program.primal)
+    else:
+        program.primal.facts.put(Bounds())
     return program
 
 
@@ -135,22 +138,33 @@ def _lower_stacks(program):
     return program
 
 
+@dataclass(frozen=True)
+class Pass:
+    """One pass: `run(program) -> program`. A pass that changes the IR of some of the program's functions
+    (`changes`: "primal", "forward", "adjoint") names the facts that stay true of them (`keeps`, besides
+    those it makes itself); run_passes drops the others. An analysis changes nothing."""
+    name: str
+    run: object
+    changes: tuple = ()
+    keeps: tuple = ()
+
+
 PASSES = [
-    ("lower", _lower),
-    ("webs", _webs),
-    ("coalesce", _coalesce),
-    ("bounds", _bounds),
-    ("types", _types),
-    ("inplace", _inplace),
-    ("aliasing", _aliasing),
-    ("activity", _activity),
-    ("optional", _optional),
-    ("reverse", _reverse),
-    ("cleanup", _cleanup),
-    ("accumulate", _accumulate),
-    ("lower_stacks", _lower_stacks),
+    Pass("lower", _lower),
+    Pass("webs", _webs, ("primal",), (Lowered,)),
+    Pass("coalesce", _coalesce, ("primal",), (Lowered,)),
+    Pass("bounds", _bounds, ("primal",), (Lowered, Bounds)),
+    Pass("types", _types),
+    Pass("inplace", _inplace, ("primal",), (Lowered, Bounds)),
+    Pass("aliasing", _aliasing),
+    Pass("activity", _activity),
+    Pass("optional", _optional, ("primal",), (Lowered, Bounds, Aliasing, Activity, OptionalValues)),
+    Pass("reverse", _reverse),
+    Pass("cleanup", _cleanup, ("forward", "adjoint"), (Reverse, Aliasing)),
+    Pass("accumulate", _accumulate, ("adjoint",), (Reverse, Aliasing)),
+    Pass("lower_stacks", _lower_stacks, ("forward", "adjoint"), (Reverse,)),
 ]
-PASS_NAMES = [name for name, _ in PASSES]
+PASS_NAMES = [p.name for p in PASSES]
 FRONT = PASS_NAMES[:PASS_NAMES.index("types")]    # enough for the cache key: they run on every compile
 
 
@@ -183,10 +197,12 @@ def finish(program, primal, until=None, compile_it=False):
 
 
 def run_passes(program, names, until=None):
-    for name, step in PASSES:
-        if name in names:
-            program = step(program)
-        if name == until:
+    for p in PASSES:
+        if p.name in names:
+            program = p.run(program)
+            for fn in filter(None, (getattr(program, which) for which in p.changes)):
+                fn.facts.keep(*p.keeps)
+        if p.name == until:
             break
     return program
 
@@ -220,7 +236,7 @@ def copy_function(fn):
     """A copy of `fn` that passes may change freely (statements copied, expressions shared). It draws
     fresh names of its own, so that transforming the same IR twice gives the same code (and cache key)."""
     return replace(fn, params=list(fn.params), body=clone(fn.body), outputs=list(fn.outputs), types=dict(fn.types),
-                   stacks=dict(fn.stacks), facts=dict(fn.facts), workspace=list(fn.workspace),
+                   stacks=dict(fn.stacks), facts=fn.facts.copy(), workspace=list(fn.workspace),
                    names=_copy_names(fn.names))
 
 

@@ -336,3 +336,37 @@ def euler(f, y0, dt, n):
 def logistic_growth(y, t):
     """A plain Python right-hand side."""
     return 1.5 * y * (1.0 - y) + 0.1 * np.sin(t)
+
+
+def peaks_above(x, level):
+    """A list grown by append in a branch of a loop, then made an array (the count depends on the data)."""
+    found = []
+    for i in range(1, x.shape[0] - 1):
+        if x[i] > x[i - 1] and x[i] > x[i + 1] and x[i] > level:
+            found.append(x[i] * x[i])
+    out = np.array(found)
+    return np.sum(out) + len(found)
+
+
+def running_means(x, width):
+    """Appends past the first storage (more than 16 items), reads by index (the last: acc[-1]), a loop
+    over the list, and the list returned as an array."""
+    means = []
+    total = 0.0
+    for i in range(x.shape[0]):
+        total += x[i]
+        means.append(total / (i + 1))
+        if i >= width:
+            means[-1] = 0.5 * (means[-1] + means[i - width])
+    s = 0.0
+    for m in means:
+        s += m * m
+    return s * np.asarray(means)
+
+
+def list_of_ints(x):
+    """A list of integers: refused (srcad's lists hold floats)."""
+    counts = []
+    for i in range(x.shape[0]):
+        counts.append(i)
+    return np.sum(x[:len(counts)])

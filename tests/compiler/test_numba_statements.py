@@ -7,7 +7,6 @@ Each kernel (tests/compiler/_statement_cases.py): the result equals Python's and
 gradient equals finite differences (`check_function`), and the generated gradient, differentiated
 again, equals finite differences of it (`test_ir.second_order_check`)."""
 import inspect
-import os
 
 import numba
 import numpy as np
@@ -18,6 +17,7 @@ from srcad.compiler import TransformError
 from srcad.testing import check_function
 
 import _refusal_cases as R
+import corpus
 import _statement_cases as S
 from test_ir import second_order_check
 
@@ -63,6 +63,8 @@ CASES = [
     ("list_comprehensions", S.basis_functions, (1.3, 0.7), (0, 1)),
     ("nested_function_passed_to_helper", S.damped_oscillator, (np.array([1.0, 0.0]), 2.0, 0.3, 0.1, 5),
      (0, 1, 2, 3)),
+    ("list_grown_by_append", S.peaks_above, (rng.uniform(0.0, 2.0, 40), 0.8), (0, 1)),
+    ("list_past_its_first_storage", S.running_means, (rng.uniform(0.5, 1.5, 40), 3), (0,)),
 ]
 IDS = [c[0] for c in CASES]
 # np.cross has no derivative rule yet: `projected` is checked in the primal only
@@ -90,13 +92,30 @@ SECOND = ["raise_not_taken", "raise_in_loop_else", "assert_holds", "for_over_row
           "zip_of_range_enumerate_xrange", "for_else_break", "while_else_break", "nested_for_else",
           "in_tuple_in_helper", "list_literals", "keyword_arguments", "functions_passed_to_a_helper",
           "distance_function_to_dp_kernel", "nested_functions", "nested_function_passed_to_helper",
-          "list_comprehensions"]
+          "list_comprehensions", "list_grown_by_append", "list_past_its_first_storage"]
 
 
-@pytest.mark.parametrize("name", SECOND if os.environ.get("SRCAD_FULL_SWEEPS") else SECOND[::2])
+@pytest.mark.parametrize("name", corpus.sweep(SECOND, every=3))
 def test_second_order(name):
     _, fn, args, active = CASES[IDS.index(name)]
     second_order_check(fn, args, tuple(k in active for k in range(len(args))))
+
+
+def test_a_list_of_integers_is_refused_naming_it():
+    line = line_of(S.list_of_ints, "counts.append(i)")
+    with pytest.raises(TransformError, match=rf"list_of_ints .*line {line}\): the list `counts` gets an item of type "
+                                             r"int64.*append floats, or allocate np.empty\(n, dtype\)"):
+        ad.function(S.list_of_ints)(X)
+
+
+def test_a_list_changed_otherwise_than_by_append_is_refused():
+    def popped(x):
+        acc = []
+        acc.append(x[0])
+        return acc.pop()
+    with pytest.raises(TransformError, match=r"a list changed with .pop\(...\).*grow a list of numbers made with "
+                                             r"`acc = \[\]`"):
+        ad.function(popped)(X)
 
 
 def test_keyword_only_parameters_of_a_helper():

@@ -30,6 +30,7 @@ from srcad.compiler.backends import base, numba_cpu as cpu
 from srcad.compiler.backends.cache import import_module, write_module
 from srcad.compiler.errors import TransformError
 from srcad.compiler.ir import Function, Push, Reserve, Tuple, While
+from srcad.compiler.ir.facts import Facts, Reverse
 from srcad.compiler.ir.visit import clone, walk
 from srcad.compiler.runtime import EXPORTS
 import srcad as ad
@@ -104,12 +105,12 @@ def predicted_and_pushed(forward, args):
     counted = [k for k in pushed if sizes[k] is not None]
     setup = [t for k in counted for t in clone(sizes[k].setup)]
     counter = Function(f"{forward.name}_sizes", user, setup, [Tuple(tuple(sizes[k].count for k in counted))],
-                       False, forward.types, {}, {}, forward.names)
+                       False, forward.types, {}, Facts(), forward.names)
     counts = dict(zip(counted, _exec(counter)(*fresh(args))))
     lowered = cpu.lower_for_target(pipeline.copy_function(forward))
     buffers = [np.empty(3, as_dtype(forward.stacks[w].item)) for w in forward.workspace]
     _, saved = _exec(lowered)(*fresh(args), *buffers)
-    names = forward.facts["reverse"]["saved"]
+    names = forward.facts.of(Reverse).saved
     return {k: (counts.get(k), sizes[k] is not None and sizes[k].exact, saved[names.index(forward.stacks[k].top)])
             for k in pushed}
 

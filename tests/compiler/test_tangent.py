@@ -79,8 +79,8 @@ def check_tangent(fn, args, active, fd_fn=None):
     assert forward_side == pytest.approx(reverse_side, rel=1e-5 if single else 1e-8, abs=1e-9)
 
 
-_CASES = [pytest.param(c, id=c.name) for c in corpus.sweep(corpus.CASES, every=3)] + \
-    [pytest.param(c, id="regression-" + c.name) for c in corpus.sweep(test_regressions.CASES, every=6)]
+_CASES = [pytest.param(c, id=c.name) for c in corpus.sweep(corpus.CASES, every=4, start=1)] + \
+    [pytest.param(c, id="regression-" + c.name) for c in corpus.sweep(test_regressions.CASES, every=8, start=3)]
 
 
 @pytest.mark.parametrize("case", _CASES)

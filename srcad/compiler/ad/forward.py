@@ -30,6 +30,7 @@ from ..analysis.types import rank, type_of
 from ..errors import TransformError, where
 from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Effect, For, Function, Global, If, Name, Pop,
                   Push, Reserve, Stack, Store, Subscript, Tuple, UnaryOp, While)
+from ..ir.facts import Activity, Bounds, Facts, Lowered
 from ..ir.forms import is_atom, is_tree, leaves
 from ..ir.visit import names_in
 from .local import value_type
@@ -47,7 +48,7 @@ def tangent(fn):
 class _Tangent:
     def __init__(self, fn):
         self.fn = fn
-        self.active = fn.facts["activity"]["active"]
+        self.active = fn.facts.of(Activity).active
         self.names = fn.names
         self.types = dict(fn.types)
         self.stacks = dict(fn.stacks)
@@ -90,7 +91,7 @@ class _Tangent:
     # ---- the function --------------------------------------------------------------------------
     def function(self):
         fn = self.fn
-        active_params = fn.facts["activity"]["params"]      # one tangent each, used or not
+        active_params = fn.facts.of(Activity).params      # one tangent each, used or not
         # a parameter that is not differentiated but gets derivatives written into it (`out[i] = x[i]`)
         # starts with a zero tangent
         written = [self.zero(p) for p in fn.params if p in self.active and p not in active_params]
@@ -98,7 +99,7 @@ class _Tangent:
         outputs = list(fn.outputs) + [self.output_tangent(o) for o in fn.outputs]
         name = f"{fn.name}_tangent"
         return Function(name, list(fn.params) + [self.name(p) for p in active_params], body, outputs, True,
-                        self.types, self.stacks, {"tangent": {"params": active_params}}, self.names, [],
+                        self.types, self.stacks, Facts(Lowered(), Bounds()), self.names, [],
                         fn.sources)
 
     def output_tangent(self, out):

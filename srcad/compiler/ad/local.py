@@ -21,6 +21,7 @@ from ..analysis.types import gather_axis, index_array, rank, type_of
 from ..errors import TransformError, problem, where
 from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Effect, Global, If, Name, Pop, Push, Slice, Store,
                   Subscript, Tuple, UnaryOp)
+from ..ir.facts import Activity
 from ..ir.forms import data_names, is_atom, is_tree, leaves
 from ..ir.visit import children, clone, defines, names_in, own_exprs, subexpressions, walk
 from .rules import (ARRAY_RULES, ELEMENTWISE, JOINS, NONDIFF, instantiate, is_elementwise, partials_of, no_rule)
@@ -35,7 +36,7 @@ class LocalAdjoints:
     def __init__(self, fn, shape_varying=frozenset()):
         self.fn = fn
         self.shape_varying = shape_varying
-        self.active = fn.facts["activity"]["active"]
+        self.active = fn.facts.of(Activity).active
         self.d = {}
         self.memo = {}
         self.locals = {}

@@ -27,6 +27,7 @@ from numba.core import types as nt
 from ..analysis.types import placeholder, rank, type_of
 from ..ir import (Accumulate, Assign, BinOp, Call, Const, Effect, For, Function, If, Name, Pop, Push, Reserve,
                   Stack, Store, Subscript, Tuple, While)
+from ..ir.facts import Activity, Aliasing, Facts, OptionalValues, Reverse
 from ..ir.visit import all_blocks, blocks, clone, names_in, own_exprs, walk, written_array
 from ..opt.cleanup import live_in
 from .local import LocalAdjoints, value_names
@@ -67,7 +68,7 @@ class _Reverse:
         self.types = fn.types
         self.facts = loop_facts(fn)
         self.local = LocalAdjoints(fn, self.facts.shape_varying)
-        self.active = fn.facts["activity"]["active"]
+        self.active = fn.facts.of(Activity).active
         self.undo = {id(s): u for s in walk(fn.body) if (u := undo_of(s, self.types, self.facts.stable))}
         self.counters = {}           # id(While) -> the name counting its iterations
         for s in walk(fn.body):
@@ -411,7 +412,7 @@ class _Reverse:
         adjoint_body = self._reverse_block(fn.body, self.top)
         final = set(self.top.req["end"]) | {v for v in self.active if isinstance(self.types.get(v), nt.Array)}
         final |= {n for out in fn.outputs for n in names_in(out)}     # what the seeds read (`d_D[n, m] += d_out`)
-        final |= set(fn.facts.get("optional", {}).get("outputs", {}).values())     # and whether they take it
+        final |= set(fn.facts.of(OptionalValues).outputs.values())     # and whether they take it
         final -= self.facts.private | set(fn.params)
         stacks = self.stacks[self.top]
         saved = sorted(final) + self.saved_locals + [n for s in sorted(stacks) for n in (s, stacks[s].top)]
@@ -443,21 +444,21 @@ class _Reverse:
         return Function(f"{fn.name}_forward", fn.params + workspace, init + body,
                         [outputs, Tuple(tuple(Name(n) for n in saved))], True, dict(self.types),
                         {**fn.stacks, **stacks},
-                        {"reverse": {"saved": saved}}, fn.names, workspace, fn.sources)
+                        Facts(Reverse(saved)), fn.names, workspace, fn.sources)
 
     def _may(self, a):
         """The names that may share `a`'s memory, `a` included."""
-        return self.fn.facts["aliasing"]["may"].get(a, {a})
+        return self.fn.facts.of(Aliasing).may.get(a, {a})
 
     def _adjoint_function(self, body, saved, shared):
         fn = self.fn
         d_outs = [fn.names.fresh(f"d_out{k}" if fn.returns_tuple else "d_out") for k in range(len(fn.outputs))]
-        params = fn.facts["activity"]["params"]
+        params = fn.facts.of(Activity).params
         zeros = [self.local.initial(v) for v in sorted(self.active | set(params), key=lambda n: (n not in params, n))
                  if v not in fn.stacks]
         copies = [Assign(a, Call("np.copy", (Name(a),))) for a in sorted(self.restored - shared)]
         seeds = []
-        optional = fn.facts.get("optional", {}).get("outputs", {})
+        optional = fn.facts.of(OptionalValues).outputs
         for k, (out, d) in enumerate(zip(fn.outputs, d_outs)):
             seed = self.local.accumulate(out, Name(d), "exact", rank(type_of(fn, out)))
             seeds += [If(Name(optional[k]), [], seed)] if k in optional and seed else seed     # None: no cotangent
@@ -484,9 +485,10 @@ class _Reverse:
             stacks[d] = Stack(fn.stacks[v].item, fn.names.fresh(f"{d}_top"))
         return Function(f"{fn.name}_adjoint", fn.params + saved + d_outs, copies + zeros + seeds + body + casts,
                         grads, True, types, stacks,
-                        {"reverse": {"saved": saved, "d_outs": d_outs, "forward_stacks": dict(self.stacks[self.top]),
-                                     "adjoints": set(self.local.d.values()), "once_per_forward": bool(shared)},
-                         "aliasing": fn.facts["aliasing"]},
+                        # the adjoint reads the primal's arrays as they may share memory there; its own
+                        # adjoint arrays share memory with nothing (`Reverse.adjoints`)
+                        Facts(Reverse(saved, d_outs, dict(self.stacks[self.top]), set(self.local.d.values()),
+                                      bool(shared)), fn.facts.copy().of(Aliasing)),
                         fn.names, [], fn.sources)
 
 

@@ -30,6 +30,7 @@ from ..analysis.types import index_array
 from ..errors import SUBSET_DOC, TransformError
 from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Effect, For, If, Name, Pop, Push, Reserve, Slice,
                   Store, Subscript, Tuple, UnaryOp, While)
+from ..ir.facts import Aliasing
 from ..ir.visit import (assigned, blocks, defines, names_in, reads, rewrite_top_down, subexpressions, substitute, walk,
                         written_array)
 from .local import value_names
@@ -190,7 +191,7 @@ def _invariant(fn, defs):
 
 def _written_memory(fn):
     """Names of arrays whose memory some statement writes into, through whatever name."""
-    may = fn.facts.get("aliasing", {}).get("may", {})
+    may = fn.facts.of(Aliasing).may
     out = set()
     for s in walk(fn.body):
         a = written_array(s)
@@ -334,7 +335,7 @@ _VIEWS = frozenset({"srcad.stop_gradient", "np.transpose", "np.asarray", "np.rav
 def _made_afresh(fn, a, inner):
     """Every binding of array `a` among statements `inner` is a new array (an arithmetic result, an
     allocation, a copy: never a view of another array), and `a` shares memory with nothing."""
-    groups = fn.facts.get("aliasing", {}).get("groups", {})
+    groups = fn.facts.of(Aliasing).groups
     if len(groups.get(a, {a})) > 1:
         return False
     for t in inner:
@@ -373,7 +374,7 @@ def _rewritten_first(fn, a, loop):
     ty = fn.types.get(a)
     if a in fn.params or not isinstance(ty, nt.Array) or any(a in names_in(o) for o in fn.outputs):
         return False
-    groups = fn.facts.get("aliasing", {}).get("groups", {})
+    groups = fn.facts.of(Aliasing).groups
     if len(groups.get(a, {a})) > 1:
         return False
     inside = {id(t) for t in walk(loop.body)}

@@ -8,15 +8,16 @@ gives second derivatives; its stacks are its own, pushed and popped in one
 run, and Push / Pop have derivative rules like any statement.
 """
 from ..ir import Function
+from ..ir.facts import Bounds, Facts, Lowered, Reverse
 from ..ir.visit import clone
 
 
 def vjp_function(forward, adjoint):
-    saved = forward.facts["reverse"]["saved"]
-    d_outs = adjoint.facts["reverse"]["d_outs"]
+    saved = forward.facts.of(Reverse).saved
+    d_outs = adjoint.facts.of(Reverse).d_outs
     user_params = [p for p in adjoint.params if p not in saved and p not in d_outs]
     stacks = {**forward.stacks, **adjoint.stacks}
     name = adjoint.name[:-len("_adjoint")] + "_vjp" if adjoint.name.endswith("_adjoint") else adjoint.name + "_vjp"
     types = {**forward.types, **adjoint.types}
     return Function(name, user_params + d_outs, clone(forward.body) + clone(adjoint.body), list(adjoint.outputs),
-                    True, types, stacks, {}, adjoint.names, [], adjoint.sources)
+                    True, types, stacks, Facts(Lowered(), Bounds()), adjoint.names, [], adjoint.sources)

@@ -14,6 +14,7 @@ from numba.core import types as nt
 
 from ..ad.rules import ARRAY_RULES, ELEMENTWISE, JOINS, NONDIFF, OPERATORS, is_elementwise, partials_of
 from ..ir import Accumulate, Assign, BinOp, Call, Const, Name, Pop, Push, Store, Tuple, UnaryOp
+from ..ir.facts import Activity
 from ..ir.forms import data_names, is_atom, is_tree
 from ..ir.visit import names_in, walk
 from .types import is_float, refuse_complex
@@ -24,8 +25,7 @@ def analyse_activity(fn, active_params):
     active_params = [p for p in active_params if p in fn.params]
     varied = _varied(fn, set(active_params))
     useful = _useful(fn, varied)
-    fn.facts["activity"] = {"varied": varied, "useful": useful, "active": varied & useful,
-                            "params": active_params}
+    fn.facts.put(Activity(varied, useful, varied & useful, active_params))
     return fn
 
 
@@ -124,4 +124,4 @@ def _useful(fn, varied):
 
 def is_active(fn, atom):
     """Does an atom of `fn` read an active name's value?"""
-    return any(n in fn.facts["activity"]["active"] for n in data_names(atom))
+    return any(n in fn.facts.of(Activity).active for n in data_names(atom))

@@ -19,6 +19,7 @@ from numba.core import types as nt
 
 from ..errors import TransformError, problem, where
 from ..ir import Assign, Call, Const, For, Name, Slice, Store, Subscript, While
+from ..ir.facts import Aliasing, Lowered
 from ..ir.visit import binding_counts, blocks, defines, names_in, reads, walk, written_array
 from .types import index_array
 
@@ -32,7 +33,7 @@ def analyse_aliasing(fn, active_params):
         _check_writes(fn, groups, alias_groups(fn, entries_apart=True), may, set(active_params))
     stored = {written_array(s) for s in walk(fn.body)} - {None}
     written = [fn.names.user(p) for p in fn.params if any(a == p or p in groups.get(a, ()) for a in stored)]
-    fn.facts["aliasing"] = {"groups": groups, "may": may, "written_params": written}
+    fn.facts.put(Aliasing(groups, may, written))
     return fn
 
 
@@ -66,7 +67,7 @@ def alias_groups(fn, every_binding=True, entries_apart=False):
             n = parent[n]
         return n
 
-    moved = fn.facts.get("lower", {}).get("moved", set())
+    moved = fn.facts.of(Lowered).moved
     sources = {}
     for s in walk(fn.body):
         if isinstance(s, Assign) and isinstance(fn.types.get(s.target), nt.Array):
@@ -93,7 +94,7 @@ def _check_writes(fn, groups, apart, may, active_params):
         if isinstance(s, Assign):
             defs.setdefault(s.target, s)
     outputs = {n for out in fn.outputs for n in names_in(out)}
-    results = fn.facts.get("lower", {}).get("results", {})
+    results = fn.facts.of(Lowered).results
     for path in _paths(fn.body):
         s = path[-1][0][path[-1][1]]
         if not isinstance(s, Store):

@@ -19,13 +19,14 @@ from numba.core import types as nt
 
 from ..errors import problem
 from ..ir import Assign, Compare, Const, For, If, Name, UnaryOp, While
+from ..ir.facts import Activity, OptionalValues
 from ..ir.visit import all_blocks, binding_counts, map_exprs, names_in, reads, rewrite_top_down, walk
 from .types import placeholder
 
 
 def flag_optional_values(fn):
     """Rewrite the active names of `fn` that may be None, in place; returns `fn`."""
-    active = fn.facts["activity"]["active"]
+    active = fn.facts.of(Activity).active
     maybe_none = _maybe_none(fn, active)
     flags = {n: fn.names.fresh(f"{n}_is_none") for n in sorted(maybe_none)}
     for flag in flags.values():
@@ -35,7 +36,7 @@ def flag_optional_values(fn):
     for block in all_blocks(fn.body):
         block[:] = [t for s in block for t in _with_flag(fn, s, flags)]
     outputs = {k: flags[out.id] for k, out in enumerate(fn.outputs) if isinstance(out, Name) and out.id in flags}
-    fn.facts["optional"] = {"flags": flags, "outputs": outputs}
+    fn.facts.put(OptionalValues(flags, outputs))
     return fn
 
 

@@ -8,6 +8,7 @@ structured IR, loops iterated to a fixed point) and every web but the first
 of a name gets a fresh name.
 """
 from ..ir import Assign, For, If, Store, While
+from ..ir.facts import Lowered
 from ..ir.visit import names_in, own_exprs, rename_expr, walk
 
 
@@ -33,7 +34,7 @@ def split_webs(fn):
     for d, name in finder.defs.items():
         webs.setdefault(name, {}).setdefault(find(d), []).append(d)
     renames = {}
-    moved = fn.facts.get("lower", {}).get("moved", set())
+    moved = fn.facts.of(Lowered).moved
     for name, groups in webs.items():
         if all(isinstance(finder.statement[d], For) for ds in groups.values() for d in ds):
             continue   # the indices of separate loops: integers all, the user's name kept

@@ -21,15 +21,16 @@ failing one into an IndexError naming the function, the line, the array,
 the axis and the index (`site_message`).
 """
 from ..ir import Assign, BinOp, Call, Const, Effect, For, Name, Slice, Subscript
+from ..ir.facts import Bounds
 from ..ir.forms import is_shape_entry
 from ..ir.visit import assigned, blocks, own_exprs, subexpressions
 from .lower import folded
 
 
 def insert_index_checks(fn):
-    """Add index checks to `fn`, in place; the sites go on `fn.facts["bounds"]`."""
+    """Add index checks to `fn`, in place; the sites go on its `Bounds` facts."""
     sites = []
-    fn.facts["bounds"] = {"sites": sites}
+    fn.facts.put(Bounds(sites))
     _block(fn, fn.body, None, sites)
     return fn
 

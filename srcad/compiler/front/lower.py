@@ -23,10 +23,11 @@ from ..errors import RuleError, TransformError, where
 from ..runtime import EXPORTS, freeze
 from ..ir import (Assign, Attribute, BinOp, Call, Compare, Const, Effect, For, Function, Global, If, Name, Names, Slice,
                   Store, Subscript, Tuple, UnaryOp, While)
+from ..ir.facts import Lowered
 from ..ir.forms import is_atom, is_shape_entry, is_tree
 from ..ir.visit import names_in
-from .rules_of_functions import rule_of
 from .parse import FuncInfo, all_names, canonical_callable, is_stop_gradient, load, loop_kind, resolve, unwrap
+from .rules_of_functions import rule_of
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
            ast.Pow: "**", ast.MatMult: "@", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^"}
@@ -96,7 +97,7 @@ def lower(top, nones=frozenset(), options=None, differentiated=False):
         raise top.error(top.tree, "a function that returns nothing", "return the value(s) to differentiate")
     fn = Function(top.name, [outer.get(p, p) for p in params], body, outs, is_tuple, names=ctx.names,
                   sources=ctx.infos)
-    fn.facts["lower"] = {"moved": ctx.moved, "results": ctx.results}
+    fn.facts.put(Lowered(ctx.moved, ctx.results))
     return fn
 
 

@@ -15,6 +15,8 @@ name or an array region (summing over broadcast axes).
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .facts import Facts
+
 
 # ---- expressions --------------------------------------------------------------------------------
 
@@ -312,8 +314,8 @@ class Function:
 
     `outputs` are the returned expressions (a tuple when `returns_tuple`).
     `types` maps every name to its Numba type once the types pass ran. `stacks`
-    declares the stacks Push/Pop use. `facts` holds what analyses found, each
-    under its pass's name, so later passes read it instead of asking again.
+    declares the stacks Push/Pop use. `facts` holds what analyses found, a typed
+    record each (`ir/facts.py`), so later passes read it instead of asking again.
     `workspace` lists the parameters that are stacks handed in by the caller
     (reused from call to call). `sources` are the parsed user functions, for messages.
     """
@@ -324,7 +326,7 @@ class Function:
     returns_tuple: bool = False
     types: dict = field(default_factory=dict)
     stacks: dict = field(default_factory=dict)
-    facts: dict = field(default_factory=dict)
+    facts: Facts = field(default_factory=Facts)
     names: Names = field(default_factory=Names)
     workspace: list = field(default_factory=list)
     sources: list = field(default_factory=list)

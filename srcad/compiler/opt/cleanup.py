@@ -16,6 +16,7 @@ Stores into arrays stay: an array may be a view of another.
 from ..front.lower import folded
 from ..ir import (Accumulate, Assign, BinOp, Compare, Const, For, If, Name, Pop, Push, Reserve, Store, Subscript, Tuple,
                   UnaryOp, While)
+from ..ir.facts import Aliasing, Reverse
 from ..ir.visit import all_blocks, map_exprs, names_in, rebuild, reads, walk, written_array
 
 
@@ -85,8 +86,9 @@ def eliminate_dead_code(fn, live_out=None):
     """Remove, in place, assignments nobody reads, stacks whose restores nobody reads, and writes into
     the adjoint's own arrays nobody reads (no other name can share their memory)."""
     outputs = set().union(*(names_in(o) for o in fn.outputs)) if live_out is None else set(live_out)
-    private = set(fn.facts.get("reverse", {}).get("adjoints", ()))
-    sharing = fn.facts.get("aliasing", {}).get("may", {})
+    # an adjoint's own arrays (those of a function reverse mode made) share memory with nothing
+    private = fn.facts.of(Reverse).adjoints if fn.facts.has(Reverse) else set()
+    sharing = fn.facts.of(Aliasing).may if private else {}
     while True:
         marks = {}
         live_in(fn.body, outputs, marks)
@@ -146,9 +148,9 @@ def _dead_stacks(fn, marks, sharing):
 def drop_unread_saved(forward, adjoint):
     """Remove from both functions the entries of `saved` the adjoint never reads; returns the
     names of the entries left."""
-    saved = adjoint.facts["reverse"]["saved"]
+    saved = adjoint.facts.of(Reverse).saved
     read = live_in(adjoint.body, set().union(*(names_in(o) for o in adjoint.outputs)))
-    stacks = adjoint.facts["reverse"]["forward_stacks"]
+    stacks = adjoint.facts.of(Reverse).forward_stacks
     tops = {s.top: name for name, s in stacks.items()}
     keep = [n for n in saved if n in read or (n in tops and tops[n] in read)]
     adjoint.params = [p for p in adjoint.params if p not in saved or p in keep]
@@ -158,7 +160,7 @@ def drop_unread_saved(forward, adjoint):
         adjoint.stacks.pop(name, None)
     forward.workspace = [w for w in forward.workspace if w in keep]
     forward.params = [p for p in forward.params if p not in stacks or p in keep]
-    forward.facts["reverse"]["saved"] = adjoint.facts["reverse"]["saved"] = keep
+    forward.facts.of(Reverse).saved = adjoint.facts.of(Reverse).saved = keep
     eliminate_dead_code(forward, set().union(*(names_in(o) for o in forward.outputs)) | set(forward.stacks))
     return keep
 
