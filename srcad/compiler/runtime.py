@@ -16,7 +16,7 @@ from numba.np.ufunc.parallel import _iget_num_threads
 # What generated code imports from here, by these names (user names that collide are renamed).
 EXPORTS = ("add_at", "check_index", "check_loop_index", "cotangent_times", "diag_like", "fail", "finite_or_zero",
            "frozen_array", "grow", "last_written", "log_or_zero", "median_slopes", "power_slope", "prod_slopes",
-           "reciprocal_or_zero", "rule_block", "rule_cotangents", "rule_curvature", "rule_midpoint", "rule_slope",
+           "list_index", "list_room", "reciprocal_or_zero", "rule_block", "rule_cotangents", "rule_curvature", "rule_midpoint", "rule_slope",
            "rule_step", "rule_vjp",
            "shape_differs", "stop_gradient", "sum_into", "thread_count", "tile", "tile_like", "trip_count",
            "undiff", "unsort", "untile")
@@ -464,6 +464,25 @@ def rule_slope(x):
 def rule_curvature(x):
     """The second derivative of `rule_step`: zero (refused as differentiated again: see `ad/rules.py`)."""
     return 0.0
+
+
+@_helper
+def list_room(items, length):
+    """`items`, or a copy twice as long, so that items[length] exists: the storage of a list grown by
+    append (`acc = []`, `acc.append(v)`), as a Python list grows."""
+    if length < items.shape[0]:
+        return items
+    grown = np.empty(2 * items.shape[0], items.dtype)
+    grown[:length] = items[:length]
+    return grown
+
+
+@_helper
+def list_index(i, length):
+    """Item `i` of a list of `length` items (negative: from its end), checked as Python checks it."""
+    if i < -length or i >= length:
+        raise IndexError("list index out of range")
+    return i + length if i < 0 else i
 
 
 # A call of a function with a custom VJP, `y = f(x)`, runs `out, residuals = fwd(x)` and

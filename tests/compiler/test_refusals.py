@@ -40,7 +40,7 @@ REFUSALS = [
     (R.raise_formatted, (F64,), "a formatted or non-constant string in an exception", "raise ValueError"),
     (R.raise_not_a_class, (F64,), "raising something other than an exception class", "raise x"),
     (R.in_array, (ARR,), "`in` / `not in` on an array", "1.0 in x"),
-    (R.empty_list, (ARR,), "an empty list (a list grown with append)", "acc = []"),
+    (R.empty_list, (ARR,), "an empty list used as a value", "len([])"),
     (R.global_array, (ARR,), "module-level array `TABLE` of dtype object", "TABLE"),
 ]
 

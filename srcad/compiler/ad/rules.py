@@ -180,7 +180,7 @@ NONDIFF = frozenset("""
     np.trunc np.round np.rint np.sign np.argmax np.argmin np.isnan np.isinf np.isfinite math.isnan
     math.isinf math.isfinite np.floor_divide np.logical_and np.logical_or np.logical_not np.greater
     np.less np.equal np.shape np.ndim np.size np.argsort np.heaviside math.factorial np.int64 np.int32
-    np.bool_ range srcad.rule_block srcad.rule_cotangents srcad.shape_differs srcad.trip_count srcad.last_written srcad.frozen_array srcad.median_slopes np.imag
+    np.bool_ range srcad.list_index srcad.rule_block srcad.rule_cotangents srcad.shape_differs srcad.trip_count srcad.last_written srcad.frozen_array srcad.median_slopes np.imag
     np.int8 np.int16 np.uint8 np.uint16 np.uint32 np.uint64 np.intc np.uintc np.intp np.uintp np.finfo np.iinfo
     np.dtype np.bitwise_and np.bitwise_or np.bitwise_xor np.bitwise_not np.invert np.left_shift np.right_shift
     np.greater_equal np.less_equal np.not_equal np.logical_xor np.signbit np.spacing np.any np.all np.nonzero
@@ -480,8 +480,18 @@ def _flip(fn):
 
 _MATMUL = ArrayRule(_matmul_tangent, (_matmul_transpose(0), _matmul_transpose(1)))
 
+def _list_room_tangent(args, dargs, ranks, axis):
+    return None if dargs[0] is None else srcad.list_room(dargs[0], args[1])
+
+
+def _list_room_transpose(args, g, ranks, axis):
+    """Back to the storage before it grew: the first items of the grown one."""
+    return Subscript(g, (Slice(None, Subscript(Attribute(args[0], "shape"), (Const(0),))),)), "exact"
+
+
 ARRAY_RULES = {
     "np.sum": ArrayRule(_sum_tangent, (_sum_transpose,)),
+    "srcad.list_room": ArrayRule(_list_room_tangent, (_list_room_transpose, None)),
     "np.mean": ArrayRule(_mean_tangent, (_mean_transpose,)),
     "np.dot": _MATMUL,
     "np.matmul": _MATMUL,

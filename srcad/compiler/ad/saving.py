@@ -329,7 +329,7 @@ def checkpoint_candidate(fn, loop, facts, active):
 
 
 _VIEWS = frozenset({"srcad.stop_gradient", "np.transpose", "np.asarray", "np.ravel", "np.reshape",
-                    "np.ascontiguousarray", ".astype"})
+                    "np.ascontiguousarray", ".astype", "srcad.list_room"})
 
 
 def _made_afresh(fn, a, inner):

@@ -23,7 +23,9 @@ from ..ir.facts import Aliasing, Lowered
 from ..ir.visit import binding_counts, blocks, defines, names_in, reads, walk, written_array
 from .types import index_array
 
-VIEW_CALLS = frozenset({"srcad.stop_gradient", "np.transpose", "np.asarray", "np.ravel", "np.reshape"})
+# calls whose result may be (a view of) their first argument: `srcad.list_room` gives it back while it has room
+VIEW_CALLS = frozenset({"srcad.stop_gradient", "np.transpose", "np.asarray", "np.ravel", "np.reshape",
+                        "srcad.list_room"})
 
 
 def analyse_aliasing(fn, active_params):

@@ -9,6 +9,7 @@ from numba.core import types as nt
 
 from ..errors import problem, where
 from ..ir import Call, Const, For, Global, Name, Slice, Store, Subscript, Tuple, While
+from ..ir.facts import Lowered
 from ..ir.visit import assigned, children, map_exprs, own_exprs, rebuild, subexpressions, walk
 
 
@@ -25,6 +26,7 @@ def assign_types(fn, typemap, arg_types):
     fn.types = types
     _expand_ellipses(fn)
     _check_loop_bounds(fn)
+    _check_list_items(fn)
     _check_masks(fn)
     return fn
 
@@ -225,3 +227,14 @@ def placeholder(ty):
     if isinstance(ty, nt.Float):
         return Call(f"np.{ty}", (Const(0),))
     return Const(0)
+
+
+def _check_list_items(fn):
+    """The items of a list grown by append are kept in a float64 array: an item of another type is
+    refused (its list would read back as floats)."""
+    lists = fn.facts.of(Lowered).lists
+    for s in walk(fn.body):
+        if isinstance(s, Store) and s.array in lists and not isinstance(type_of(fn, s.value), nt.Float):
+            raise problem(s.origin, f"the list `{fn.names.user(lists[s.array])}` gets an item of type "
+                                    f"{type_of(fn, s.value)}", "srcad keeps a list grown by append as an array "
+                                    "of floats: append floats, or allocate np.empty(n, dtype) and fill it by index")

@@ -97,7 +97,7 @@ def lower(top, nones=frozenset(), options=None, differentiated=False):
         raise top.error(top.tree, "a function that returns nothing", "return the value(s) to differentiate")
     fn = Function(top.name, [outer.get(p, p) for p in params], body, outs, is_tuple, names=ctx.names,
                   sources=ctx.infos)
-    fn.facts.put(Lowered(ctx.moved, ctx.results))
+    fn.facts.put(Lowered(ctx.moved, ctx.results, {items: name for name, (items, _) in ctx.lists.items()}))
     return fn
 
 
@@ -116,6 +116,7 @@ class _Context:
         self.loaded = {}
         self.sites = {}              # helper name -> number of call sites inlined so far
         self.tuples = {}             # local bound to a tuple -> the names of its elements
+        self.lists = {}              # local bound to a list grown by append -> (its items, its length)
         self.frozen = {}             # key of a module-level array read (`freeze`) -> the statement binding it
 
     def load(self, pyfunc):
@@ -404,6 +405,11 @@ class _Lowerer:
         if isinstance(target, ast.Tuple):
             self.unpack(target, s.value, s)
             return
+        if isinstance(target, ast.Name) and isinstance(s.value, ast.List) and not s.value.elts:
+            self.new_list(self.local(target.id))
+            return
+        if isinstance(target, ast.Name) and self.local(target.id) in self.ctx.lists:
+            raise self.err(s, f"`{target.id}` bound to a list and to another value", "use a different name for each")
         value = self.expr(s.value)
         if isinstance(value, Tuple):
             if not isinstance(target, ast.Name):
@@ -435,6 +441,10 @@ class _Lowerer:
             if not (isinstance(target.value, ast.Name) and self.is_local(target.value.id)):
                 raise self.err(node, "writing into something other than a local array",
                                "write into an array variable: a[i] = v")
+            items = self.list_of(target.value)
+            if items is not None:
+                self.emit(Store(items[0], (self.list_index(items, target.slice),), self.as_atom(value), self.origin))
+                return
             arr = self.expr(target.value)
             if not isinstance(arr, Name):
                 raise self.err(node, "writing into a constant", "write into an array variable")
@@ -874,6 +884,8 @@ class _Lowerer:
             raise self.err(node, f"function `{n}` used as a value", "call it, or pass it to a function it calls")
         if n in self.subst:
             return self.subst[n]
+        if n in self.rename and self.rename[n] in self.ctx.lists:
+            return self.list_value(self.ctx.lists[self.rename[n]], n)
         if n in self.rename:
             elems = self.ctx.tuples.get(self.rename[n])
             if elems is not None:
@@ -1055,8 +1067,8 @@ class _Lowerer:
         if node.elts and all(isinstance(e, ast.List) for e in node.elts):
             return Call("np.stack", (Tuple(tuple(self.temp(self.list_array(e, kws), "row") for e in node.elts)),))
         if not node.elts:
-            raise self.err(node, "an empty list (a list grown with append)", "allocate the array, "
-                           "np.empty(n), and fill it by index")
+            raise self.err(node, "an empty list used as a value", "bind it to a name and grow it there: "
+                           "acc = [] then acc.append(v)")
         if any(isinstance(e, (ast.List, ast.Starred)) for e in node.elts):
             raise self.err(node, "a list mixing lists and values", "make every row a list")
         return Call("np.array", (Tuple(tuple(self.atom(e) for e in node.elts)),), kws)
@@ -1088,6 +1100,9 @@ class _Lowerer:
 
     def expr_Subscript(self, node):
         v = node.value
+        items = self.list_of(v)
+        if items is not None and not isinstance(node.slice, (ast.Slice, ast.Tuple)):
+            return Subscript(Name(items[0]), (self.list_index(items, node.slice),))
         if isinstance(v, ast.Attribute) and v.attr == "shape":
             return Subscript(Attribute(self.atom(v.value), "shape"), self.index(node.slice))
         if isinstance(v, ast.Name) or self.static_value(v) is not _NOT_STATIC:     # a tuple perhaps
@@ -1202,6 +1217,8 @@ class _Lowerer:
         f = node.func
         if any(k.arg is None for k in node.keywords):
             raise self.err(node, "**kwargs in a call", "pass arguments explicitly")
+        if isinstance(f, ast.Attribute) and f.attr == "append" and self.list_of(f.value) is not None:
+            return self.list_append(self.list_of(f.value), node)
         helper = self.callee(f)
         if helper is not None:
             return self.inline(helper, node)
@@ -1236,9 +1253,10 @@ class _Lowerer:
                 return Call(".copy", (self.temp(Call("np.ravel", (self.named(self.atom(f.value)),))),))
             if f.attr == "astype" and of_value:
                 return Call(".astype", (self.named(self.atom(f.value)),) + tuple(self.kw_value(a) for a in node.args))
-            if f.attr in ("append", "extend", "insert", "pop"):
-                raise self.err(node, f"a list changed with .{f.attr}(...)", "allocate the array, np.empty(n), "
-                               "and fill it by index")
+            if f.attr in ("append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse"):
+                raise self.err(node, f"a list changed with .{f.attr}(...)", "grow a list of numbers made with "
+                               "`acc = []` in this function by acc.append(v), and read it by acc[i], len(acc) "
+                               "or np.array(acc); or allocate the array, np.empty(n), and fill it by index")
         raise self.err(node, "this call", "call math/NumPy functions, plain Python functions, or the array "
                        "methods " + ", ".join(sorted(_METHODS)))
 
@@ -1246,6 +1264,12 @@ class _Lowerer:
         """A call of a known function; n-ary min/max become nested binary ones (Python's tie rule: the
         first of equal values wins, as the rule for `max(a, b)` assumes)."""
         fn = _SUPPLIED.get(fn, fn)
+        if fn == "len" and len(args) == 1 and self.list_of(args[0]) is not None:
+            return Name(self.list_of(args[0])[1])
+        if fn in ("np.array", "np.asarray") and len(args) == 1 and self.list_of(args[0]) is not None:
+            value = self.list_value(self.list_of(args[0]), args[0].id)
+            dtype = next((v for k, v in kws if k == "dtype"), None)
+            return value if dtype is None else Call(".astype", (value, dtype))
         if fn in ("np.array", "np.asarray") and len(args) == 1 and isinstance(args[0], ast.List):
             return self.list_array(args[0], kws)
         if fn in ("np.array", "np.asarray") and len(args) == 1 and isinstance(args[0], ast.ListComp) and not kws:
@@ -1318,6 +1342,39 @@ class _Lowerer:
                     inspect.isfunction(unwrap(obj)):
                 return _Callee(pyfunc=unwrap(obj))
         return None
+
+    # ---- lists of numbers grown by append: an array of items and a length -----------------------------
+    def new_list(self, local):
+        """`acc = []`: storage for 16 items, doubled as it fills (`runtime.list_room`), and no item yet."""
+        items, length = self.ctx.lists.get(local) or (self.fresh(f"{local}_items"), self.fresh(f"{local}_length"))
+        self.ctx.lists[local] = (items, length)
+        self.assign(items, Call("np.empty", (Const(16),)))
+        self.assign(length, Const(0))
+
+    def list_of(self, node):
+        """(items, length) of the list a name stands for, or None."""
+        if isinstance(node, ast.Name) and node.id in self.rename:
+            return self.ctx.lists.get(self.rename[node.id])
+        return None
+
+    def list_append(self, lst, node):
+        if len(node.args) != 1 or node.keywords:
+            raise self.err(node, "append with other than one value", "append one value at a time")
+        items, length = lst
+        value = self.as_atom(self.expr(node.args[0]))
+        self.assign(items, Call("srcad.list_room", (Name(items), Name(length))))
+        self.emit(Store(items, (Name(length),), value, self.origin))
+        self.assign(length, BinOp("+", Name(length), Const(1)))
+        return Const(None)
+
+    def list_index(self, lst, node):
+        """The index of item `node` (an AST), checked and counted from the end where negative, as Python does."""
+        return self.temp(Call("srcad.list_index", (self.atom(node), Name(lst[1]))), "at")
+
+    def list_value(self, lst, name):
+        """The list as an array of its items (a copy: the list may still grow)."""
+        items, length = lst
+        return self.temp(Call("np.copy", (Subscript(Name(items), (Slice(None, Name(length)),)),)), f"{name}_array")
 
     def stmt_FunctionDef(self, s):
         """A `def` inside the function: called, it is inlined like any helper, reading the names of

@@ -16,12 +16,14 @@ class MissingFact(LookupError):
 
 @dataclass
 class Lowered:
-    """From the front end (`front/lower.py`): names bound by a helper's result (a move, not an alias) and
-    the names bound where a function returns early, with their call. Code the compiler derives (a
-    gradient function, a tangent) has none of either."""
+    """From the front end (`front/lower.py`): names bound by a helper's result (a move, not an alias), the
+    names bound where a function returns early, with their call, and the arrays holding the items of
+    lists grown by append (-> the list's name). Code the compiler derives (a gradient function, a tangent)
+    has none of them."""
     made_by = "lower"
     moved: set = field(default_factory=set)
     results: dict = field(default_factory=dict)
+    lists: dict = field(default_factory=dict)
 
 
 @dataclass
