@@ -1,7 +1,8 @@
 """Kernels nobody on the team wrote (tests/compiler/_foreign_kernels.py) through ``@ad.function``.
 
-For every case: the compiled result equals plain Python and the tape gradient of every active
-argument equals central finite differences (``srcad.testing.check_function``).  Two checks keep
+For every case (half of them by default, all with ``SRCAD_FULL_SWEEPS=1``): the compiled result equals
+plain Python and the tape gradient of every active argument equals central finite differences
+(``srcad.testing.check_function``).  Two checks keep
 the corpus honest: every kernel compiles with ``numba.njit`` unchanged and agrees with Python
 (opt-in, ``SRCAD_CORPUS_NUMBA=1``), and the finite differences are accurate at the chosen inputs
 (no branch threshold, tie, pivot change or trip-count change within reach), so a failing
@@ -16,6 +17,7 @@ import srcad as ad
 from srcad.testing import check_function, cotangents, fd_is_accurate, fresh, scalarize
 
 import _foreign_kernels as K
+import corpus
 
 F32 = np.float32
 rng = np.random.default_rng(20240611)
@@ -332,6 +334,8 @@ def test_finite_differences_are_accurate(case):
     assert fd_is_accurate(phi, args, case.active, step=case.fd_ref_step)
 
 
-@pytest.mark.parametrize("case", CASES, ids=IDS)
+@pytest.mark.parametrize("case", corpus.sweep(CASES, every=2), ids=corpus.sweep(IDS, every=2))
 def test_gradient_matches_finite_differences(case):
+    """Half the kernels by default (each compiles its primal, forward and adjoint; the suite must stay short
+    on two cores), all with SRCAD_FULL_SWEEPS=1; the save-size sweep compiles others of them."""
     check_function(decorated(case.fn), case.make_args(), case.active, name=case.name)
