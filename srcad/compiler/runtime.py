@@ -486,9 +486,9 @@ def list_index(i, length):
 
 
 # A call of a function with a custom VJP, `y = f(x)`, runs `out, residuals = fwd(x)` and
-# `y = stop_gradient(out) + rule_vjp(out, (x,), k)`: the adjoint of `rule_vjp` is the code of
-# `bwd(residuals, g)`, kept in `if rule_block(k):` (never run, typed with the rest) and ended by
-# `rule_cotangents(k, cotangents)` (see ad/local.py).
+# `y = stop_gradient(out) + rule_vjp(out, (x,), key, 0, 1)` (one per output): the adjoint of those is the code
+# of `bwd(residuals, g)`, kept in `if rule_block(key):` (never run, typed with the rest) and ended by
+# `rule_cotangents(key, cotangents)` (see ad/local.py).
 
 @_helper
 def rule_block(key):
@@ -502,16 +502,16 @@ def rule_cotangents(key, cotangents):
     return None
 
 
-def rule_vjp(out, args, key):
-    """Zero, of `out`'s shape and type: its adjoint is the custom VJP of call `key`."""
+def rule_vjp(out, args, key, k, n):
+    """Zero, of `out`'s shape and type (output `k` of `n`): its adjoint is the custom VJP of call `key`."""
 
 
 @_overload(rule_vjp)
-def _rule_vjp_overload(out, args, key):
+def _rule_vjp_overload(out, args, key, k, n):
     if isinstance(out, numba.types.Array):
-        return lambda out, args, key: np.zeros_like(out)
+        return lambda out, args, key, k, n: np.zeros_like(out)
     zero = numba.np.numpy_support.as_dtype(out).type(0)
-    return lambda out, args, key: zero
+    return lambda out, args, key, k, n: zero
 
 
 def shape_differs(a, b):

@@ -23,7 +23,7 @@ from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Effect, Glo
                   Subscript, Tuple, UnaryOp)
 from ..ir.facts import Activity
 from ..ir.forms import data_names, is_atom, is_tree, leaves
-from ..ir.visit import children, clone, defines, names_in, own_exprs, subexpressions, walk
+from ..ir.visit import all_blocks, children, clone, defines, names_in, own_exprs, subexpressions, walk
 from .rules import (ARRAY_RULES, ELEMENTWISE, JOINS, NONDIFF, instantiate, is_elementwise, partials_of, no_rule)
 
 _SHAPE_ONLY_CALLS = frozenset({"np.zeros_like", "np.empty_like", "np.shape", "np.size", "len", "np.ndim"})
@@ -148,17 +148,24 @@ class LocalAdjoints:
         return out
 
     def _rule_vjp(self, s):
-        """`z = rule_vjp(out, args, k)` (a call through a custom VJP: front/lower.py `through_vjp_rule`): the
-        statements of the user's `bwd`, kept in the branch `if rule_block(k):`, with its cotangent `g` bound
-        to the adjoint of `z`; each cotangent they compute goes into its argument."""
-        _, args, key = s.value.args
+        """`z = rule_vjp(out, args, key, k, n)`, one per output of a call through a custom VJP (front/lower.py
+        `through_vjp_rule`): the statements of the user's `bwd`, kept in the branch `if rule_block(key):`,
+        with its cotangents bound to the adjoints of the outputs' `z` (zero where one carries none); each
+        cotangent they compute goes into its argument. They run once, at the first active `z`: the last
+        the reverse sweep meets, when the others have their adjoints."""
+        _, args, key, _, n = s.value.args
+        group = _rule_outputs(self.fn, s, key, n.value)
+        if s is not min((t for t in group if t.target in self.active), key=group.index):
+            return []
         block = _rule_block(self.fn, key)
-        g, marker = block[0].target, block[-1]
-        out = [Assign(g, Name(self.adjoint_name(s.target)))] + clone(block[1:-1])
+        marker = block[-1]
+        out = [Assign(g.target, Name(self.adjoint_name(t.target)) if t.target in self.active else
+                      _zero_like(self.fn, t.value.args[0])) for g, t in zip(block, group)]
+        out += clone(block[len(group):-1])
         for a, c in zip(args.items, marker.call.args[1].items):
             if c != Const(None):
                 out += self.accumulate(a, c, "exact", rank(type_of(self.fn, c)))
-        return out + [self.zero(s.target)]
+        return out + [self.zero(t.target) for t in group if t.target in self.active]
 
     def _store(self, s):
         view = Subscript(Name(self.adjoint_name(s.array)), s.index)
@@ -410,6 +417,21 @@ def value_names(e):
     parts = e.args[1:] + tuple(v for _, v in e.keywords) if isinstance(e, Call) and e.fn in _SHAPE_ONLY_CALLS \
         else children(e)
     return set().union(*(value_names(x) for x in parts)) if parts else set()
+
+
+def _rule_outputs(fn, s, key, n):
+    """The `rule_vjp` statements of the call `s` is one output of, in output order: in the block of `s`,
+    the nearest to it for each output (code made from the forward may run the call again elsewhere)."""
+    block = next(b for b in all_blocks(fn.body) if any(t is s for t in b))
+    at = next(i for i, t in enumerate(block) if t is s)
+    sites = [(i, t) for i, t in enumerate(block) if isinstance(t, Assign) and isinstance(t.value, Call)
+             and t.value.fn == "srcad.rule_vjp" and t.value.args[2] == key]
+    return [min((p for p in sites if p[1].value.args[3].value == k), key=lambda p: abs(p[0] - at))[1]
+            for k in range(n)]
+
+
+def _zero_like(fn, atom):
+    return Call("np.zeros_like", (atom,)) if isinstance(type_of(fn, atom), nt.Array) else Const(0.0)
 
 
 def _rule_block(fn, key):

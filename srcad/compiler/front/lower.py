@@ -1496,9 +1496,10 @@ class _Lowerer:
         return self.through_jvp_rule(rule, name, args, node)
 
     def through_vjp_rule(self, rule, name, args, node):
-        """With `fwd` and `bwd`: the value is `out` of `out, residuals = fwd(*args)`, plus `rule_vjp(...)`,
-        zero, whose adjoint (`ad/local.py`) runs the statements of `bwd(residuals, g)` kept here in a branch
-        that never runs (`rule_block`; typed with the rest), and adds each cotangent into its argument."""
+        """With `fwd` and `bwd`: each output is its `out` of `out, residuals = fwd(*args)`, plus
+        `rule_vjp(out, args, key, k, n_outputs)`, zero, whose adjoints together (`ad/local.py`) run the statements of
+        `bwd(residuals, g)` kept here in a branch that never runs (`rule_block`; typed with the rest), and
+        add each cotangent into its argument."""
         info = self.ctx.load(rule.fwd)
         pair = self.tuple_items(self.inline_bound(_Callee(pyfunc=rule.fwd), info, [a.arg for a in info.tree.args.args],
                                                   args, node, rule=True))
@@ -1506,15 +1507,13 @@ class _Lowerer:
             raise RuleError(f"{where(self.origin)}: the fwd rule of `{name}` ({info.name}) returns {_count(pair)}; "
                             "expected two values: (out, residuals)")
         out, residuals = pair
-        if isinstance(out, Tuple):
-            raise self.err(node, f"a call to `{name}`, which returns a tuple and has a custom VJP (`defvjp`), in "
-                           "compiled code", f"give `{name}` a forward rule instead (`{name}.defjvp(jvp)`), or call it "
-                           "from eager code (docs/functional.md)")
-        out = self.as_atom(out)
+        is_tuple = self.tuple_items(out) is not None
+        outs = [self.as_atom(o) for o in (self.tuple_items(out) if is_tuple else [out])]
         key = Const(len(self.ctx.rule_sites))
         self.ctx.rule_sites.append(name)
         saved, self.out = self.out, []
-        g = self.temp(Call("srcad.stop_gradient", (out,)), f"g_{name}")
+        gs = [self.temp(Call("srcad.stop_gradient", (o,)), f"g_{name}") for o in outs]
+        g = Tuple(tuple(gs)) if is_tuple else gs[0]
         binfo = self.ctx.load(rule.bwd)
         cotangents = self.tuple_items(self.inline_bound(_Callee(pyfunc=rule.bwd), binfo,
                                                         [a.arg for a in binfo.tree.args.args], [residuals, g], node,
@@ -1531,9 +1530,13 @@ class _Lowerer:
         self.emit(Effect(Call("srcad.rule_cotangents", (key, Tuple(tuple(cotangents)))), self.origin))
         block, self.out = self.out, saved
         self.emit(If(Call("srcad.rule_block", (key,)), block, [], self.origin))
-        zero = self.temp(Call("srcad.rule_vjp", (out, Tuple(tuple(args)), key)), f"{name}_vjp")
-        stopped = self.temp(Call("srcad.stop_gradient", (out,)), "stopped")
-        return [self.temp(BinOp("+", stopped, zero), f"{name}_result")], False
+        results = []
+        for k, o in enumerate(outs):
+            zero = self.temp(Call("srcad.rule_vjp", (o, Tuple(tuple(args)), key, Const(k), Const(len(outs)))),
+                             f"{name}_vjp")
+            stopped = self.temp(Call("srcad.stop_gradient", (o,)), "stopped")
+            results.append(self.temp(BinOp("+", stopped, zero), f"{name}_result"))
+        return results, is_tuple
 
     def check_same_shape(self, a, b, message):
         """Raise ValueError(message) where `a` and `b` differ in shape (`runtime.shape_differs`)."""
