@@ -16,15 +16,16 @@ Run:  python benchmarks/functional.py [--reps 15] [--block 0.05]
 """
 import argparse
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, HERE)
 
 import srcad as ad  # noqa: E402
+from timing import interleaved  # noqa: E402
 
 
 @ad.function
@@ -35,26 +36,6 @@ def chain_energy(x):
         d = x[i + 1] - x[i] * x[i]
         total += d * d + np.cos(x[i])
     return total
-
-
-def per_call(step, block):
-    """Seconds per call of `step`, over a block of about `block` seconds (calls calibrated once)."""
-    n, start = 1, time.perf_counter()
-    step()
-    elapsed = time.perf_counter() - start
-    n = max(1, int(block / max(elapsed, 1e-7)))
-    start = time.perf_counter()
-    for _ in range(n):
-        step()
-    return (time.perf_counter() - start) / n
-
-
-def interleaved(variants, reps, block):
-    times = {name: [] for name in variants}
-    for _ in range(reps):
-        for name, step in variants.items():
-            times[name].append(per_call(step, block))
-    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def overhead_case(reps, block):

@@ -169,6 +169,24 @@ def srcad_gradient(f, params, n):
     return loss, tape.gradient(loss, p)
 
 
+def jax_loss(p, n, dt):
+    """The same loss in JAX, its loop a `lax.fori_loop` (what JAX compiles well); needs jax_enable_x64."""
+    import jax
+    import jax.numpy as jnp
+
+    def step(i, s):
+        x, y = s
+        f = lambda x, y: (p[0] * x - p[1] * x * y, p[3] * x * y - p[2] * y)  # noqa: E731
+        k1 = f(x, y)
+        k2 = f(x + 0.5 * dt * k1[0], y + 0.5 * dt * k1[1])
+        k3 = f(x + 0.5 * dt * k2[0], y + 0.5 * dt * k2[1])
+        k4 = f(x + dt * k3[0], y + dt * k3[1])
+        return (x + dt / 6 * (k1[0] + 2 * k2[0] + 2 * k3[0] + k4[0]),
+                y + dt / 6 * (k1[1] + 2 * k2[1] + 2 * k3[1] + k4[1]))
+    x, y = jax.lax.fori_loop(0, n, step, (jnp.float64(X0), jnp.float64(Y0)))
+    return x * x + y * y
+
+
 def _peers():
     peers = {}
     try:
@@ -176,19 +194,7 @@ def _peers():
         import jax.numpy as jnp
         jax.config.update("jax_enable_x64", True)
 
-        def jloss(p, n, dt):
-            def step(i, s):
-                x, y = s
-                f = lambda x, y: (p[0] * x - p[1] * x * y, p[3] * x * y - p[2] * y)  # noqa: E731
-                k1 = f(x, y)
-                k2 = f(x + 0.5 * dt * k1[0], y + 0.5 * dt * k1[1])
-                k3 = f(x + 0.5 * dt * k2[0], y + 0.5 * dt * k2[1])
-                k4 = f(x + dt * k3[0], y + dt * k3[1])
-                return (x + dt / 6 * (k1[0] + 2 * k2[0] + 2 * k3[0] + k4[0]),
-                        y + dt / 6 * (k1[1] + 2 * k2[1] + 2 * k3[1] + k4[1]))
-            x, y = jax.lax.fori_loop(0, n, step, (jnp.float64(X0), jnp.float64(Y0)))
-            return x * x + y * y
-        g = jax.jit(jax.grad(jloss), static_argnums=(1,))
+        g = jax.jit(jax.grad(jax_loss), static_argnums=(1,))
         peers["jax jit(grad) fori_loop"] = lambda n: np.asarray(
             g(jnp.asarray(PARAMS), n, dt_for(n)).block_until_ready())
     except Exception:

@@ -21,9 +21,7 @@ Every variant's result is checked against the others before timing (Hessians to
 """
 import argparse
 import os
-import statistics
 import sys
-import time
 
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
 
@@ -34,7 +32,8 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 
 import srcad as ad  # noqa: E402
-from rk4_lotka_volterra import PARAMS, X0, Y0, dt_for, primal, rk4_lotka_volterra  # noqa: E402
+from rk4_lotka_volterra import PARAMS, dt_for, jax_loss, primal, rk4_lotka_volterra, X0, Y0  # noqa: E402
+from timing import interleaved  # noqa: E402
 
 rk4 = ad.function(rk4_lotka_volterra)
 
@@ -52,26 +51,6 @@ def mixing(x, m):
     return out
 
 
-def median_time(fn, reps_inner):
-    start = time.perf_counter()
-    for _ in range(reps_inner):
-        fn()
-    return (time.perf_counter() - start) / reps_inner
-
-
-def interleaved(variants, reps, block=0.2):
-    inner = {}
-    for name, fn in variants.items():
-        fn()
-        t = median_time(fn, 1)
-        inner[name] = max(1, int(block / max(t, 1e-7)))
-    times = {name: [] for name in variants}
-    for _ in range(reps):
-        for name, fn in variants.items():
-            times[name].append(median_time(fn, inner[name]))
-    return {name: statistics.median(t) for name, t in times.items()}
-
-
 def jax_rk4(n):
     try:
         import jax
@@ -82,17 +61,7 @@ def jax_rk4(n):
     dt = dt_for(n)
 
     def loss(p):
-        def step(i, s):
-            x, y = s
-            f = lambda x, y: (p[0] * x - p[1] * x * y, p[3] * x * y - p[2] * y)  # noqa: E731
-            k1 = f(x, y)
-            k2 = f(x + 0.5 * dt * k1[0], y + 0.5 * dt * k1[1])
-            k3 = f(x + 0.5 * dt * k2[0], y + 0.5 * dt * k2[1])
-            k4 = f(x + dt * k3[0], y + dt * k3[1])
-            return (x + dt / 6 * (k1[0] + 2 * k2[0] + 2 * k3[0] + k4[0]),
-                    y + dt / 6 * (k1[1] + 2 * k2[1] + 2 * k3[1] + k4[1]))
-        x, y = jax.lax.fori_loop(0, n, step, (jnp.float64(X0), jnp.float64(Y0)))
-        return x * x + y * y
+        return jax_loss(p, n, dt)
     grad = jax.jit(jax.grad(loss))
     hessian = jax.jit(jax.hessian(loss))
     hvp = jax.jit(lambda p, v: jax.jvp(jax.grad(loss), (p,), (v,))[1])
@@ -124,7 +93,7 @@ def rk4_case(n, reps):
                          "jax jit(hessian)": peers["jax jit(hessian)"]})
     else:
         print("(jax not installed: its columns are skipped)")
-    t = interleaved(variants, reps)
+    t = interleaved(variants, reps, block=0.2)
     base, grad = t["numba primal"], t["srcad grad"]
     print(f"RK4 Lotka-Volterra, N = {n}: times and ratios (median of {reps})")
     for name, seconds in t.items():
@@ -154,7 +123,7 @@ def jacobian_case(n, m, reps):
         if n < m:
             return ad.jvp(lambda z: mixing(z, m), (x,), (x,))
         return ad.vjp(lambda z: mixing(z, m), x)[1](u)
-    t = interleaved({"jacobian": jacobian, "one sweep": sweep}, reps)
+    t = interleaved({"jacobian": jacobian, "one sweep": sweep}, reps, block=0.2)
     sweeps = t["jacobian"] / t["one sweep"]
     print(f"jacobian of R^{n} -> R^{m}: {t['jacobian'] * 1e3:8.3f} ms = {sweeps:6.1f} sweeps = "
           f"{sweeps / min(n, m):4.2f} x min(n, m) (target <= 1.5)")

@@ -1,6 +1,6 @@
 """Calls of compiled functions with a custom VJP (`f.defvjp(fwd, bwd)`), from eager code.
 
-The call runs the user's `fwd` (compiled with Numba) and records one tape node
+The call runs the user's `fwd` (compiled with Numba, one dispatcher per function) and records one tape node
 that keeps its residuals; the node's VJP runs `bwd` on them. Where a recording
 tape differentiates that VJP again (a Hessian, nested tapes, a forward
 accumulator), `fwd` and `bwd` run as plain Python on the tape's Tensors, so
@@ -9,13 +9,14 @@ the recorded inputs, as functions of them.
 """
 import numpy as np
 
-from .tape import record, recording_tapes, needs_gradient
+from .function import _as_dispatcher
+from .tape import needs_gradient, record, recording_tapes
 from .tensor import Tensor
 
 
 def call_with_vjp(function, rule, args, values):
     """`function(*args)` recorded with the custom VJP `rule` (a `CustomRule` with `fwd` and `bwd`)."""
-    out, residuals = _pair(_compiled(rule.fwd)(*values), function.__name__)
+    out, residuals = _pair(_as_dispatcher(rule.fwd)(*values), function.__name__)
     outputs = out if isinstance(out, tuple) else (out,)
     wrapped = tuple(Tensor._wrap(np.asarray(o)) for o in outputs)
     record(RuleCall(function, rule, isinstance(out, tuple)), args, wrapped, {"residuals": residuals})
@@ -43,7 +44,7 @@ class RuleCall:
             grads = self.rule.bwd(residuals, self._structured(cotangents))
         else:
             values = [np.asarray(c._value if isinstance(c, Tensor) else c) for c in cotangents]
-            grads = _compiled(self.rule.bwd)(node.attrs["residuals"], self._structured([_scalar(v) for v in values]))
+            grads = _as_dispatcher(self.rule.bwd)(node.attrs["residuals"], self._structured([_scalar(v) for v in values]))
         return [self._checked(g, x, k) if need else None
                 for k, (g, x, need) in enumerate(zip(self._per_argument(grads, node), node.inputs, needed))]
 
@@ -79,14 +80,3 @@ def _described(value):
 
 def _scalar(v):
     return v[()] if v.ndim == 0 else v
-
-
-_JITTED = {}
-
-
-def _compiled(rule):
-    """The rule compiled by Numba (once per rule)."""
-    if rule not in _JITTED:
-        import numba
-        _JITTED[rule] = numba.njit(rule)
-    return _JITTED[rule]

@@ -1500,9 +1500,8 @@ class _Lowerer:
         `rule_vjp(out, args, key, k, n_outputs)`, zero, whose adjoints together (`ad/local.py`) run the statements of
         `bwd(residuals, g)` kept here in a branch that never runs (`rule_block`; typed with the rest), and
         add each cotangent into its argument."""
-        info = self.ctx.load(rule.fwd)
-        pair = self.tuple_items(self.inline_bound(_Callee(pyfunc=rule.fwd), info, [a.arg for a in info.tree.args.args],
-                                                  args, node, rule=True))
+        info, result = self.inline_rule(rule.fwd, args, node)
+        pair = self.tuple_items(result)
         if pair is None or len(pair) != 2:
             raise RuleError(f"{where(self.origin)}: the fwd rule of `{name}` ({info.name}) returns {_count(pair)}; "
                             "expected two values: (out, residuals)")
@@ -1514,10 +1513,8 @@ class _Lowerer:
         saved, self.out = self.out, []
         gs = [self.temp(Call("srcad.stop_gradient", (o,)), f"g_{name}") for o in outs]
         g = Tuple(tuple(gs)) if is_tuple else gs[0]
-        binfo = self.ctx.load(rule.bwd)
-        cotangents = self.tuple_items(self.inline_bound(_Callee(pyfunc=rule.bwd), binfo,
-                                                        [a.arg for a in binfo.tree.args.args], [residuals, g], node,
-                                                        rule=True))
+        binfo, result = self.inline_rule(rule.bwd, [residuals, g], node)
+        cotangents = self.tuple_items(result)
         if cotangents is None or len(cotangents) != len(args):
             raise RuleError(f"{where(self.origin)}: the bwd rule of `{name}` ({binfo.name}) returns "
                             f"{_count(cotangents)}; expected a tuple of {len(args)} cotangents, one per argument "
@@ -1538,6 +1535,12 @@ class _Lowerer:
             results.append(self.temp(BinOp("+", stopped, zero), f"{name}_result"))
         return results, is_tuple
 
+    def inline_rule(self, pyfunc, args, node):
+        """(its parsed form, its result): rule function `pyfunc` inlined for the argument atoms `args` by position."""
+        info = self.ctx.load(pyfunc)
+        params = [a.arg for a in info.tree.args.args]
+        return info, self.inline_bound(_Callee(pyfunc=pyfunc), info, params, args, node, rule=True)
+
     def check_same_shape(self, a, b, message):
         """Raise ValueError(message) where `a` and `b` differ in shape (`runtime.shape_differs`)."""
         differs = self.temp(Call("srcad.shape_differs", (a, b)), "differs")
@@ -1551,14 +1554,12 @@ class _Lowerer:
         at the midpoints `rule_midpoint(a, t)`: first and second derivatives are the rule's, in both modes
         (runtime.rule_step)."""
         info = self.ctx.load(rule.jvp)
-        jvp = _Callee(pyfunc=rule.jvp)
-        params = [a.arg for a in info.tree.args.args]
-        if len(params) != 2:
-            raise RuleError(f"{where(self.origin)}: the jvp rule of `{name}` ({info.name}) takes {len(params)} "
-                            "parameters; expected two: (primals, tangents)")
+        if len(info.tree.args.args) != 2:
+            raise RuleError(f"{where(self.origin)}: the jvp rule of `{name}` ({info.name}) takes "
+                            f"{len(info.tree.args.args)} parameters; expected two: (primals, tangents)")
         steps = [self.through_step(a, "rule_step") for a in args]
         midpoints = [self.through_step(a, "rule_midpoint", t) for a, t in zip(args, steps)]
-        result = self.inline_bound(jvp, info, params, [Tuple(tuple(midpoints)), Tuple(tuple(steps))], node, rule=True)
+        _, result = self.inline_rule(rule.jvp, [Tuple(tuple(midpoints)), Tuple(tuple(steps))], node)
         pair = self.tuple_items(result)
         if pair is None or len(pair) != 2:
             raise RuleError(f"{where(self.origin)}: the jvp rule of `{name}` ({info.name}) returns "
