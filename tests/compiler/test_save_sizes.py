@@ -348,3 +348,15 @@ def test_regression_gradients_with_storage_sized_before_the_call(case):
                               fd_fn=case.fd_fn, name=case.name)
     except TransformError as exc:
         assert re.search(_UNSIZED, str(exc)), str(exc)
+
+
+@pytest.mark.parametrize("case", corpus.sweep(foreign.CASES, every=16, start=5),
+                         ids=corpus.sweep(foreign.IDS, every=16, start=5))
+def test_foreign_gradients_with_storage_sized_before_the_call(case):
+    """The foreign kernels (code this project never saw) under the test backend: storage sized exactly
+    before the call, never grown, and the gradient of finite differences; or the refusal of saves no
+    count exists for. A sample by default, every kernel with SRCAD_FULL_SWEEPS=1."""
+    try:
+        check_function(ad.function(case.fn, target=SizedCPU.name), case.make_args(), case.active, name=case.name)
+    except TransformError as exc:
+        assert re.search(_UNSIZED, str(exc)), str(exc)

@@ -19,7 +19,7 @@ from numba.core import types as nt
 
 from ..analysis.types import gather_axis, index_array, rank, type_of
 from ..errors import TransformError, problem, where
-from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Effect, Global, If, Name, Pop, Push, Slice, Store,
+from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Global, If, Name, Pop, Push, Slice, Store,
                   Subscript, Tuple, UnaryOp)
 from ..ir.facts import Activity
 from ..ir.forms import data_names, is_atom, is_tree, leaves
@@ -49,7 +49,7 @@ class LocalAdjoints:
 
     def local(self, stmt, base):
         """One fresh name per statement and purpose."""
-        key = (id(stmt), base)
+        key = (stmt.uid, base)
         if key not in self.locals:
             self.locals[key] = self.fn.names.fresh(base)
         return self.locals[key]
@@ -82,13 +82,13 @@ class LocalAdjoints:
         A cotangent that is exactly zero contributes nothing, even times a partial that is inf or nan
         (`exp(-inf)` is 0 in a soft minimum, and the partial after it is inf): each product of a
         cotangent by a partial that is not a constant goes through `srcad.cotangent_times`."""
-        if id(s) not in self.memo:
+        if s.uid not in self.memo:
             out = self._build(s)
             for t in walk(out):
                 t.origin = s.origin
                 _check_scatter(self.fn, t)
-            self.memo[id(s)] = out
-        return self.memo[id(s)]
+            self.memo[s.uid] = out
+        return self.memo[s.uid]
 
     def _build(self, s):
         if isinstance(s, Assign) and isinstance(s.value, Call) and s.value.fn == "srcad.rule_vjp":

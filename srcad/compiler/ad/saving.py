@@ -52,7 +52,7 @@ SIZED = Policy("sized", growable=False)      # the CPU printer with exactly size
 
 
 def required_before(stmts, reads_of, kills, after, opaque):
-    """The to-be-recorded analysis: ({id(stmt): names whose current values the reverse sweep of some
+    """The to-be-recorded analysis: ({stmt uid: names whose current values the reverse sweep of some
     *earlier* statement reads}, for every statement reached (opaque loops are not entered), and the
     same set after the last statement: what the reverse sweep reads when it starts).
 
@@ -70,7 +70,7 @@ def required_before(stmts, reads_of, kills, after, opaque):
         return req
 
     def stmt(s, req):
-        req_in[id(s)] = req
+        req_in[s.uid] = req
         if isinstance(s, If):
             return block(s.body, req) | block(s.orelse, req) | after(s, req)
         if isinstance(s, (For, While)) and not opaque(s):
@@ -116,9 +116,9 @@ class LoopFacts:
     private: set          # for-loop indices read only inside their loops
     invariant: set        # bound once, from constants and names never rebound: the same value always
     stable: set           # never change once set (invariant names, parameters never rebound)
-    innermost: dict       # id(stmt) -> the innermost loop around it (None at top level)
+    innermost: dict       # stmt uid -> the innermost loop around it (None at top level)
     shape_varying: set    # arrays rebound in loops whose shape may change from one binding to the next
-    replay: dict = field(default_factory=dict)   # id(For) -> statements recomputed atop each reversed iteration
+    replay: dict = field(default_factory=dict)   # uid of a For -> statements recomputed atop each reversed iteration
     replayed: set = field(default_factory=set)
 
 
@@ -130,7 +130,7 @@ def loop_facts(fn):
 
     def visit(stmts, loop):
         for s in stmts:
-            innermost[id(s)] = loop
+            innermost[s.uid] = loop
             for n in defines(s):
                 defs.setdefault(n, []).append(s)
                 if loop is not None:
@@ -213,14 +213,11 @@ def _shape_varying(fn, defs, multi):
     sweep restores each one's previous binding where it was bound, so that its adjoint is made again
     with that shape."""
     moving = multi | {s.var for s in walk(fn.body) if isinstance(s, For)}
-    memo = {}
+    varying = set()         # grown to the least fixed point (names bound in a cycle vary only if fed)
 
     def varies(n):
-        if n not in memo:
-            memo[n] = False
-            memo[n] = isinstance(fn.types.get(n), nt.Array) and n not in fn.params and \
-                any(isinstance(d, Pop) or isinstance(d, Assign) and expr_varies(d.value) for d in defs.get(n, ()))
-        return memo[n]
+        return isinstance(fn.types.get(n), nt.Array) and n not in fn.params and \
+            any(isinstance(d, Pop) or isinstance(d, Assign) and expr_varies(d.value) for d in defs.get(n, ()))
 
     def expr_varies(e):
         for x in subexpressions(e):
@@ -235,10 +232,14 @@ def _shape_varying(fn, defs, multi):
                 return True           # a gather: as many elements as the index array (or mask) picks
             if isinstance(x, Call) and x.fn in _JOINS and names_in(x) & moving:
                 return True
-            if isinstance(x, Name) and varies(x.id):
+            if isinstance(x, Name) and x.id in varying:
                 return True
         return False
-    return {n for n in multi if varies(n)}
+    while True:
+        grown = {n for n in defs if n not in varying and varies(n)}
+        if not grown:
+            return varying & multi
+        varying |= grown
 
 
 _JOINS = frozenset(JOINS) | {"np.tile"}       # results as large as their arguments together
@@ -265,7 +266,7 @@ def _find_replays(fn, facts, defs):
                         available = available | {t.target}
                     read_before |= set().union(*(reads(u) for u in walk([t])))
                 if found:
-                    facts.replay[id(s)] = found
+                    facts.replay[s.uid] = found
                     facts.replayed.update(t.target for t in found)
                 visit(s.body, inner)
             else:

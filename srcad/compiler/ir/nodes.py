@@ -13,6 +13,7 @@ target's choice, see `backends`), and `Accumulate` adds an adjoint into a
 name or an array region (summing over broadcast axes).
 """
 from dataclasses import dataclass, field
+from itertools import count
 from typing import Optional
 
 from .facts import Facts
@@ -170,8 +171,20 @@ class Origin:
         return f"# from {where}: {self.text}"
 
 
+_uids = count()
+
+
+def new_uid():
+    """An identity no statement has had."""
+    return next(_uids)
+
+
+@dataclass(eq=False)
 class Stmt:
-    __slots__ = ()
+    """Base of statements. `uid` is a statement's identity for analyses that refer to it: a copy made
+    by `visit.clone` keeps it, so decisions keyed by it survive copies (`visit.distinct_ids` gives
+    repeated copies in one body their own)."""
+    uid: int = field(default_factory=new_uid, kw_only=True, repr=False)
 
 
 @dataclass(eq=False)
@@ -334,4 +347,4 @@ class Function:
 
 __all__ = ["Expr", "Const", "Name", "Global", "Slice", "Subscript", "Attribute", "BinOp", "UnaryOp", "Compare",
            "Call", "Tuple", "TypeRef", "Origin", "Stmt", "Assign", "Store", "Accumulate", "If", "For", "While",
-           "Effect", "Push", "Pop", "Reserve", "Stack", "Names", "Function", "lift"]
+           "Effect", "Push", "Pop", "Reserve", "Stack", "Names", "Function", "lift", "new_uid"]

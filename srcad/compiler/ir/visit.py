@@ -3,7 +3,7 @@ import dataclasses
 from collections import Counter
 
 from .nodes import (Accumulate, Assign, Attribute, BinOp, Call, Compare, Const, Effect, Expr, For, Global, If, Name,
-                    Pop, Push, Reserve, Slice, Store, Subscript, Tuple, TypeRef, UnaryOp, While)
+                    Pop, Push, Reserve, Slice, Store, Subscript, Tuple, TypeRef, UnaryOp, While, new_uid)
 
 
 # ---- expressions --------------------------------------------------------------------------------
@@ -256,6 +256,17 @@ def clone(stmts):
             c.body = clone(s.body)
         out.append(c)
     return out
+
+
+def distinct_ids(stmts):
+    """Give, in place, a new `uid` to each statement of `stmts` whose uid an earlier one already has
+    (generated code holds several copies of one statement), so analyses can key statements by uid."""
+    seen = set()
+    for s in walk(stmts):
+        if s.uid in seen:
+            s.uid = new_uid()
+        seen.add(s.uid)
+    return stmts
 
 
 def is_expr(x):

@@ -22,7 +22,7 @@ from ..ir.visit import all_blocks, map_exprs, names_in, rebuild, reads, walk, wr
 
 # ---- liveness -----------------------------------------------------------------------------------
 
-def _gen(s):
+def statement_reads(s):
     """Names `s` itself reads (a Pop reads its stack; an Accumulate reads what it adds to)."""
     out = set(reads(s))
     if isinstance(s, (Push, Pop, Reserve)):
@@ -47,37 +47,41 @@ def _changes(s):
     return _kill(s)
 
 
-def live_in(stmts, live_out, marks=None):
+def live_in(stmts, live_out, marks=None, gen=statement_reads):
     """Names `stmts` read before binding them, given the names live after them. With `marks` (a dict),
-    record for each statement the names live just after it."""
+    record for each statement the names live just after it. `gen(s)`: the names `s` itself reads (None:
+    take `s` as absent), for the liveness of code to be made from `stmts`."""
     live = set(live_out)
     for s in reversed(stmts):
-        live = _live_before(s, live, marks)
+        live = _live_before(s, live, marks, gen)
     return live
 
 
-def _live_before(s, live, marks):
+def _live_before(s, live, marks, gen):
     if marks is not None:
         marks[id(s)] = frozenset(live)
+    reads_here = gen(s)
+    if reads_here is None:
+        return live
     if isinstance(s, If):
-        return live_in(s.body, live, marks) | live_in(s.orelse, live, marks) | names_in(s.cond)
+        return live_in(s.body, live, marks, gen) | live_in(s.orelse, live, marks, gen) | reads_here
     if isinstance(s, For):
         head = set(live)
         while True:
-            new = set(live) | (live_in(s.body, head, marks) - {s.var})
+            new = set(live) | (live_in(s.body, head, marks, gen) - {s.var})
             if new <= head:
                 break
             head |= new
-        return head | _gen(s)
+        return head | reads_here
     if isinstance(s, While):
         head = set(live) | {s.cond} | (names_in(s.bound) if s.bound is not None else set())
         while True:
-            new = head | live_in(s.body, head, marks)
+            new = head | live_in(s.body, head, marks, gen)
             if new <= head:
                 break
             head = new
         return head
-    return (live - _kill(s)) | _gen(s)
+    return (live - _kill(s)) | reads_here
 
 
 # ---- dead code ----------------------------------------------------------------------------------
