@@ -69,6 +69,19 @@ def test_defjvp_from_a_compiled_caller_first_and_second_order():
     np.testing.assert_allclose(ad.hvp(weighted_softplus, X, v), rule_hessian(X) @ v, rtol=1e-10)
 
 
+def test_defjvp_keeps_float32_float32():
+    """The midpoint the rule is evaluated at is computed in the argument's own precision."""
+    import numba
+    from srcad.compiler.runtime import rule_midpoint
+    midpoint = numba.njit(lambda x, t: rule_midpoint(x, t))
+    assert midpoint(np.float32(1.5), np.float32(0.0)) == 1.5
+    assert midpoint.nopython_signatures[-1].return_type == numba.float32
+    assert midpoint(np.ones(3, np.float32), np.zeros(3, np.float32)).dtype == np.float32
+    g = ad.grad(weighted_softplus)(X.astype(np.float32))
+    assert g.dtype == np.float32
+    np.testing.assert_allclose(g, rule_gradient(X), rtol=1e-5)
+
+
 def test_defjvp_in_forward_mode_from_compiled_and_eager_callers():
     t = np.array([1.0, -2.0, 0.5])
     value, tangent = ad.jvp(weighted_softplus, (X,), (t,))
@@ -340,3 +353,62 @@ def test_a_jacobian_through_a_vjp_rule_goes_in_reverse_mode():
     J = tape.jacobian(y, x).numpy()
     w = V * A
     np.testing.assert_allclose(J, 6.0 * w * A / np.linalg.norm(w, axis=1)[:, None], rtol=1e-12)
+
+
+# ---- a tuple argument of a function with a custom VJP ---------------------------------------------
+
+def quadratic_fwd(p, x):
+    a, b = p
+    return a * x + b * x * x, (a, b, x)
+
+
+def quadratic_bwd(residuals, g):
+    """Twice the true VJP of a x + b x^2, the tuple (a, b) item by item."""
+    a, b, x = residuals
+    return (2.0 * g * x, 2.0 * g * x * x), 2.0 * g * (a + 2.0 * b * x)
+
+
+def quadratic_and_callers():
+    @ad.function
+    def quadratic(p, x):
+        a, b = p
+        return a * x + b * x * x
+
+    @ad.function
+    def literal(a, b, x):
+        return quadratic((a, b), x) * x
+
+    @ad.function
+    def bound(a, b, x):
+        p = (a, b)
+        return quadratic(p, x) * x
+    return quadratic, literal, bound
+
+
+def test_a_tuple_argument_of_a_vjp_rule_gets_its_cotangents_item_by_item():
+    """y = q((a, b), x) x with the rule twice q's VJP: dy/da = 2 x^2, dy/db = 2 x^3,
+    dy/dx = 2 x (a + 2 b x) + q; and the rule differentiated again: d2y/da dx = 4 x."""
+    quadratic, literal, bound = quadratic_and_callers()
+    quadratic.defvjp(quadratic_fwd, quadratic_bwd)
+    a, b, x = 1.0, 2.0, 3.0
+    expected = (2.0 * x * x, 2.0 * x ** 3, 2.0 * x * (a + 2.0 * b * x) + a * x + b * x * x)
+    for caller in (literal, bound):
+        np.testing.assert_allclose(ad.grad(caller, argnums=(0, 1, 2))(a, b, x), expected, rtol=1e-14)
+    va, vx = ad.Variable(a), ad.Variable(x)
+    with ad.GradientTape() as outer:
+        with ad.GradientTape() as inner:
+            y = literal(va, b, vx)
+        ga = inner.gradient(y, va)
+    assert outer.gradient(ga, vx).numpy() == pytest.approx(4.0 * x)
+
+
+def one_cotangent_each(residuals, g):
+    return g, g
+
+
+def test_a_bwd_rule_giving_a_tuple_argument_one_cotangent_is_refused():
+    quadratic, literal, _ = quadratic_and_callers()
+    quadratic.defvjp(quadratic_fwd, one_cotangent_each)
+    with pytest.raises(ValueError, match=r"the bwd rule of `quadratic` \(.*\) returns one value for argument 0, "
+                                         r"a tuple of 2; expected a tuple of 2 cotangents, one per item"):
+        ad.grad(literal)(1.0, 2.0, 3.0)

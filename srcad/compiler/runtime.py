@@ -450,7 +450,8 @@ def rule_midpoint(x, t):
 def _rule_midpoint_overload(x, t):
     dtype = x.dtype if isinstance(x, numba.types.Array) else x
     if isinstance(dtype, numba.types.Float):
-        return lambda x, t: x + 0.5 * t
+        half = numba.np.numpy_support.as_dtype(dtype).type(0.5)     # float32 stays float32
+        return lambda x, t: x + half * t
     return lambda x, t: x
 
 

@@ -162,9 +162,8 @@ class LocalAdjoints:
         out = [Assign(g.target, Name(self.adjoint_name(t.target)) if t.target in self.active else
                       _zero_like(self.fn, t.value.args[0])) for g, t in zip(block, group)]
         out += clone(block[len(group):-1])
-        for a, c in zip(args.items, marker.call.args[1].items):
-            if c != Const(None):
-                out += self.accumulate(a, c, "exact", rank(type_of(self.fn, c)))
+        for a, c in _argument_cotangents(args.items, marker.call.args[1].items):
+            out += self.accumulate(a, c, "exact", rank(type_of(self.fn, c)))
         return out + [self.zero(t.target) for t in group if t.target in self.active]
 
     def _store(self, s):
@@ -366,6 +365,19 @@ def value_type(fn, e):
         return max(arrays, key=lambda t: t.ndim)
     floats = [t for t in found if isinstance(t, nt.Float)]
     return floats[0] if floats else nt.float64
+
+
+def _argument_cotangents(args, cotangents):
+    """(argument, its cotangent) pairs of a custom VJP's arguments, an argument passed as a tuple item by
+    item (its cotangent a Tuple: `front/lower.py` `cotangent_atoms`); those whose cotangent is None are left
+    out."""
+    for a, c in zip(args, cotangents):
+        if c == Const(None):
+            continue
+        if isinstance(a, Tuple):
+            yield from _argument_cotangents(a.items, c.items)
+        else:
+            yield a, c
 
 
 def _check_scatter(fn, t):

@@ -42,8 +42,9 @@ def differentiable_inputs(value):
     if isinstance(value, Call):
         if value.fn in NONDIFF or value.fn == "srcad.stop_gradient":
             return []
-        if value.fn == "srcad.rule_vjp":      # (out, arguments, key): derivatives flow from the arguments
-            return [a for a in value.args[1].items if not isinstance(a, (Const, Tuple))]
+        if value.fn == "srcad.rule_vjp":      # (out, arguments, key): derivatives flow from the arguments,
+            return [x for a in value.args[1].items                            # a tuple's from its items
+                    for x in (a.items if isinstance(a, Tuple) else (a,)) if not isinstance(x, Const)]
         if value.fn in ELEMENTWISE:
             partials = ELEMENTWISE[value.fn]
             return [a for a, p in zip(value.args, partials) if p is not None]

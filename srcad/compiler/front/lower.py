@@ -1519,7 +1519,13 @@ class _Lowerer:
             raise RuleError(f"{where(self.origin)}: the bwd rule of `{name}` ({binfo.name}) returns "
                             f"{_count(cotangents)}; expected a tuple of {len(args)} cotangents, one per argument "
                             "(None for one without)")
-        cotangents = [c if c == Const(None) else self.as_atom(c) for c in cotangents]
+        for k, (a, c) in enumerate(zip(args, cotangents)):
+            items = self.tuple_items(c)
+            if isinstance(a, Tuple) and c != Const(None) and (items is None or len(items) != len(a.items)):
+                raise RuleError(f"{where(self.origin)}: the bwd rule of `{name}` ({binfo.name}) returns "
+                                f"{_count(items)} for argument {k}, a tuple of {len(a.items)}; expected a tuple of "
+                                f"{len(a.items)} cotangents, one per item (None for one without)")
+        cotangents = [self.cotangent_atoms(c, isinstance(a, Tuple)) for a, c in zip(args, cotangents)]
         for k, (a, c) in enumerate(zip(args, cotangents)):
             if c != Const(None) and not isinstance(a, Tuple):
                 self.check_same_shape(a, c, f"the bwd rule of `{name}` returns a cotangent of another shape than "
@@ -1534,6 +1540,15 @@ class _Lowerer:
             stopped = self.temp(Call("srcad.stop_gradient", (o,)), "stopped")
             results.append(self.temp(BinOp("+", stopped, zero), f"{name}_result"))
         return results, is_tuple
+
+    def cotangent_atoms(self, c, of_tuple):
+        """A cotangent a bwd rule returns as an atom, or for a tuple argument a Tuple of atoms, one per item
+        (so each is a value the adjoint can differentiate again); None as it is."""
+        if c == Const(None):
+            return c
+        if of_tuple:
+            return Tuple(tuple(self.cotangent_atoms(i, False) for i in self.tuple_items(c)))
+        return self.as_atom(c)
 
     def inline_rule(self, pyfunc, args, node):
         """(its parsed form, its result): rule function `pyfunc` inlined for the argument atoms `args` by position."""
