@@ -15,11 +15,13 @@ and move the adjoint of what `s` wrote onto what it read:
 Adjoint names are `d_<name>` (`adjoint_name`); the values an adjoint reads
 are what the save analysis keeps available (`reads`).
 """
+from functools import reduce
+
 from numba.core import types as nt
 
 from ..analysis.types import gather_axis, index_array, rank, type_of
 from ..errors import TransformError, problem, where
-from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Global, If, Name, Pop, Push, Slice, Store,
+from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Compare, Const, Global, If, Name, Pop, Push, Slice, Store,
                   Subscript, Tuple, UnaryOp)
 from ..ir.facts import Activity
 from ..ir.forms import data_names, is_atom, is_tree, leaves
@@ -80,8 +82,10 @@ class LocalAdjoints:
         """The adjoint statements of `s` (empty when it moves no derivative).
 
         A cotangent that is exactly zero contributes nothing, even times a partial that is inf or nan
-        (`exp(-inf)` is 0 in a soft minimum, and the partial after it is inf): each product of a
-        cotangent by a partial that is not a constant goes through `srcad.cotangent_times`."""
+        (`exp(-inf)` is 0 in a soft minimum, and the partial after it is inf): a scalar statement's
+        adjoint runs only where its cotangent is not 0 (`unless_zero`), the partials along a path are
+        multiplied through `srcad.cotangent_times` (0 after a partial that is 0), and so is an array
+        cotangent by a partial."""
         if s.uid not in self.memo:
             out = self._build(s)
             for t in walk(out):
@@ -128,7 +132,7 @@ class LocalAdjoints:
         if not self_uses:
             for atom, expr, mode, r in others:
                 out += self.accumulate(atom, expr, mode, r)
-            return out + [self.zero(v)]
+            return self.unless_zero(s, dv, out, self.fn.types.get(v)) + [self.zero(v)]
         if len(self_uses) == 1 and self_uses[0][0] == Name(v) and \
                 (self_uses[0][2] == "exact" or rank(self.fn.types.get(v)) == 0):
             for atom, expr, mode, r in others:
@@ -136,16 +140,29 @@ class LocalAdjoints:
             new = self_uses[0][1]
             if rank(self.fn.types.get(v)) == 0 and self_uses[0][3] > 0:
                 new = Call("np.sum", (new,))
-            return out + ([Assign(dv.id, new)] if new != dv else [])
+            return self.unless_zero(s, dv, out + ([Assign(dv.id, new)] if new != dv else []),
+                                    self.fn.types.get(v))    # 0 stays 0
         g = self.local(s, f"g_{v}")
         # the incoming adjoint is taken out, and `d_v` starts over as a new array (not zeroed in place:
         # `g` holds the old one)
         restart = Assign(dv.id, Call("np.zeros_like", (Name(g),))) if isinstance(self.fn.types.get(v), nt.Array) \
             and v not in self.shape_varying else self.zero(v)
-        out = [Assign(g, dv), restart]
+        out = []
         for atom, expr, mode, r in _grouped(self.contributions(s, s.value, self.fn.types.get(v), Name(g))):
             out += self.accumulate(atom, expr, mode, r)
-        return out
+        return [Assign(g, dv), restart] + self.unless_zero(s, Name(g), out, self.fn.types.get(v))
+
+    def unless_zero(self, s, cotangent, stmts, ty):
+        """`stmts` (the adjoint of `s`) under `if cotangent != 0:` where the cotangent, a scalar of type `ty`,
+        is multiplied by a partial that is not a constant (`tree`): tested once per statement, off the chain
+        of products, so a cotangent that is exactly 0 sends no 0 * inf back. The test is bound to a name (an
+        If reads its condition as the statement starts, also when this code is differentiated again)."""
+        if isinstance(ty, nt.Array) or not any(isinstance(x, BinOp) and x.op == "*" and x.left == cotangent and names_in(x.right)
+                   for t in stmts for e in own_exprs(t) for x in subexpressions(e)):
+            return stmts
+        flag = self.local(s, "nonzero")
+        self.fn.types[flag] = nt.boolean
+        return [Assign(flag, Compare("!=", cotangent, Const(0.0))), If(Name(flag), stmts)]
 
     def _rule_vjp(self, s):
         """`z = rule_vjp(out, args, key, k, n)`, one per output of a call through a custom VJP (front/lower.py
@@ -202,7 +219,7 @@ class LocalAdjoints:
         out = []
         for atom, expr, mode, r in _grouped(self.contributions(s, s.value, out_ty, dt)):
             out += self.accumulate(atom, expr, mode, r)
-        return out
+        return self.unless_zero(s, dt, out, out_ty)
 
     def value_type(self, e):
         return value_type(self.fn, e)
@@ -210,10 +227,10 @@ class LocalAdjoints:
     def _push(self, s):
         """`push(S, v)`: the adjoint of the value on top of S flows to `v` (generated code saved it)."""
         top = self.local(s, f"g_{s.stack}")
-        out = [Pop(self.adjoint_name(s.stack), Name(top))]
+        out = []
         for atom, expr, mode, r in self.contributions(s, s.value, self.value_type(s.value), Name(top)):
             out += self.accumulate(atom, expr, mode, r)
-        return out
+        return [Pop(self.adjoint_name(s.stack), Name(top))] + self.unless_zero(s, Name(top), out, self.value_type(s.value))
 
     def _pop(self, s):
         """`v = pop(S)`: the adjoint of `v` goes on top of the adjoint of S; `v`'s starts over."""
@@ -279,9 +296,10 @@ class LocalAdjoints:
                 if not self.is_active(node):
                     return
                 mode = "exact" if rank(type_of(self.fn, node)) == out_rank and one_array else "reduce"
-                expr = g
-                for f in factors:
-                    expr = self.times(expr, f, scalar)
+                if scalar and factors:       # the statement runs only where `g` is not 0 (`unless_zero`)
+                    expr = BinOp("*", g, reduce(times, factors))
+                else:
+                    expr = reduce(times, factors, g)
                 result.append((node, UnaryOp("-", expr) if negative else expr, mode, out_rank))
                 return
             children, partials = partials_of(node)
@@ -297,12 +315,6 @@ class LocalAdjoints:
                     visit(child, factors + [p], negative)
         visit(root, [], False)
         return result
-
-    def times(self, cotangent, partial, scalar):
-        """`cotangent * partial`, 0 where the cotangent is 0 (see `of`); a constant partial is finite."""
-        if not names_in(partial):
-            return BinOp("*", cotangent, partial)
-        return Call("srcad.cotangent_times", (cotangent, partial))
 
     def zero_d(self, expr):
         """Does `expr` read a 0-d array (`np.array(x)` of a scalar) or its adjoint? (Then it is one too,
@@ -365,6 +377,14 @@ def value_type(fn, e):
         return max(arrays, key=lambda t: t.ndim)
     floats = [t for t in found if isinstance(t, nt.Float)]
     return floats[0] if floats else nt.float64
+
+
+def times(cotangent, partial):
+    """`cotangent * partial`, 0 where the cotangent is 0 (see `LocalAdjoints.of`); a constant partial is
+    finite."""
+    if not names_in(partial):
+        return BinOp("*", cotangent, partial)
+    return Call("srcad.cotangent_times", (cotangent, partial))
 
 
 def _argument_cotangents(args, cotangents):

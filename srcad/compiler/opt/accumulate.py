@@ -18,9 +18,10 @@ accumulation in a register:
     if d_xc_sum != 0.0:          # the loop ran: its index is valid
         d_xc[col] += d_xc_sum
 
-An accumulation qualifies when it sits directly in a for loop's body, adds
-into one element (an index per axis), its index names are not bound in that
-body, and its array appears nowhere else in the body.
+An accumulation qualifies when it sits in a for loop's body (directly, or in a
+branch of it: an adjoint runs only where its cotangent is not zero), adds into
+one element (an index per axis), its index names are not bound in that body,
+and its array appears nowhere else in the body.
 """
 from numba.core import types as nt
 
@@ -48,10 +49,20 @@ def _block(fn, stmts):
         k += 1
 
 
+def _in_body(stmts):
+    """(block, position, statement) for the statements of a loop body, those of its branches included
+    (not those of inner loops: they run another number of times)."""
+    for k, s in enumerate(stmts):
+        yield stmts, k, s
+        if isinstance(s, If):
+            yield from _in_body(s.body)
+            yield from _in_body(s.orelse)
+
+
 def _hoist(fn, loop):
     bound = assigned(loop.body) | {loop.var}
     before, after = [], []
-    for k, s in enumerate(loop.body):
+    for block, k, s in list(_in_body(loop.body)):
         element = _element(fn, s)
         if element is None:
             continue
@@ -61,7 +72,7 @@ def _hoist(fn, loop):
             continue
         total = fn.names.fresh(f"{array}_sum")
         fn.types[total] = nt.float64
-        loop.body[k] = Accumulate(Name(total), s.value, origin=s.origin)
+        block[k] = Accumulate(Name(total), s.value, origin=s.origin)
         before.append(Assign(total, Const(0.0)))
         after.append(If(Compare("!=", Name(total), Const(0.0)),
                         [Accumulate(Subscript(Name(array), index), Name(total), origin=s.origin)]))
