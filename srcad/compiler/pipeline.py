@@ -179,7 +179,12 @@ def front(pyfunc, arg_types, active, boundscheck=True, target="cpu"):
     options.update((a.arg, t.dispatcher.py_func) for a, t in zip(info.tree.args.args, arg_types)
                    if isinstance(t, nb_types.Dispatcher))     # functions too: inlined where called
     arg_types = [nb_types.unicode_type if isinstance(t, nb_types.StringLiteral) else t for t in arg_types]
-    program = Program(lower(info, nones, options, any(active)), arg_types=tuple(arg_types), active=tuple(bool(a) for a in active),
+    params = [a.arg for a in info.tree.args.args]
+    integers = {p for p, t in zip(params, arg_types) if isinstance(t, nb_types.Integer)}
+    integer_arrays = {p for p, t in zip(params, arg_types)
+                      if isinstance(t, nb_types.Array) and isinstance(t.dtype, nb_types.Integer)}
+    program = Program(lower(info, nones, options, any(active), integers, integer_arrays),
+                      arg_types=tuple(arg_types), active=tuple(bool(a) for a in active),
                       boundscheck=boundscheck, backend=get_backend(target))
     check_arguments(program.primal, program.arg_types, program.active)
     return run_passes(program, FRONT)

@@ -364,9 +364,41 @@ def running_means(x, width):
     return s * np.asarray(means)
 
 
-def list_of_ints(x):
-    """A list of integers: refused (srcad's lists hold floats)."""
-    counts = []
+def peak_indices(x, level):
+    """A peak finder's list of indices (integers: loop indices, their arithmetic), read back by index, by a
+    loop over the list, as an index array, and with its length."""
+    found = []
+    for i in range(1, x.shape[0] - 1):
+        if x[i] > x[i - 1] and x[i] > x[i + 1] and x[i] > level:
+            found.append(i)
+    s = 0.0
+    for k in found:
+        s += x[k] * x[k - 1]
+    idx = np.array(found)
+    if len(found) > 0:
+        s += x[found[-1]] * len(found)
+    return s + np.sum(np.sin(x[idx]))
+
+
+def gaps_between_crossings(x, counts):
+    """Integers from an integer array passed in and from shapes, appended past the first storage."""
+    gaps = []
+    last = 0
     for i in range(x.shape[0]):
-        counts.append(i)
-    return np.sum(x[:len(counts)])
+        if x[i] > 0.5:
+            gaps.append(i - last + counts[i % counts.shape[0]])
+            last = i
+    gaps.append(x.shape[0])
+    total = 0.0
+    for g in gaps:
+        total += x[g % x.shape[0]] * g
+    return total
+
+
+def mixed_list(x):
+    """An integer appended first, then a float: refused (the list holds one kind)."""
+    acc = []
+    acc.append(0)
+    for i in range(x.shape[0]):
+        acc.append(0.5 * x[i])
+    return np.sum(np.array(acc))

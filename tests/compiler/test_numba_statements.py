@@ -65,6 +65,9 @@ CASES = [
      (0, 1, 2, 3)),
     ("list_grown_by_append", S.peaks_above, (rng.uniform(0.0, 2.0, 40), 0.8), (0, 1)),
     ("list_past_its_first_storage", S.running_means, (rng.uniform(0.5, 1.5, 40), 3), (0,)),
+    ("list_of_indices", S.peak_indices, (rng.uniform(0.0, 2.0, 40), 0.8), (0,)),
+    ("list_of_integers_past_its_storage", S.gaps_between_crossings, (rng.uniform(0.0, 1.0, 60),
+                                                                     np.array([1, 0, 2], dtype=np.int64)), (0,)),
 ]
 IDS = [c[0] for c in CASES]
 # np.cross has no derivative rule yet: `projected` is checked in the primal only
@@ -92,7 +95,7 @@ SECOND = ["raise_not_taken", "raise_in_loop_else", "assert_holds", "for_over_row
           "zip_of_range_enumerate_xrange", "for_else_break", "while_else_break", "nested_for_else",
           "in_tuple_in_helper", "list_literals", "keyword_arguments", "functions_passed_to_a_helper",
           "distance_function_to_dp_kernel", "nested_functions", "nested_function_passed_to_helper",
-          "list_comprehensions", "list_grown_by_append", "list_past_its_first_storage"]
+          "list_comprehensions", "list_grown_by_append", "list_past_its_first_storage", "list_of_indices"]
 
 
 @pytest.mark.parametrize("name", corpus.sweep(SECOND, every=3))
@@ -101,11 +104,11 @@ def test_second_order(name):
     second_order_check(fn, args, tuple(k in active for k in range(len(args))))
 
 
-def test_a_list_of_integers_is_refused_naming_it():
-    line = line_of(S.list_of_ints, "counts.append(i)")
-    with pytest.raises(TransformError, match=rf"list_of_ints .*line {line}\): the list `counts` gets an item of type "
-                                             r"int64.*append floats, or allocate np.empty\(n, dtype\)"):
-        ad.function(S.list_of_ints)(X)
+def test_a_list_of_integers_and_floats_is_refused_naming_it():
+    line = line_of(S.mixed_list, "acc.append(0.5 * x[i])")
+    with pytest.raises(TransformError, match=rf"mixed_list .*line {line}\): the list `acc` gets an item of type "
+                                             r"float64 in a list of integers.*append items of one kind"):
+        ad.function(S.mixed_list)(X)
 
 
 def test_a_list_changed_otherwise_than_by_append_is_refused():

@@ -8,7 +8,7 @@ unreachable and any scalar type keeps it valid.
 from numba.core import types as nt
 
 from ..errors import problem, where
-from ..ir import Call, Const, For, Global, Name, Slice, Store, Subscript, Tuple, While
+from ..ir import Assign, Attribute, Call, Const, For, Global, Name, Slice, Store, Subscript, Tuple, While
 from ..ir.facts import Lowered
 from ..ir.visit import assigned, children, map_exprs, own_exprs, rebuild, subexpressions, walk
 
@@ -192,6 +192,8 @@ def type_of(fn, e):
     if isinstance(e, Const):
         v = e.value
         return nt.boolean if isinstance(v, bool) else nt.int64 if isinstance(v, int) else nt.float64
+    if isinstance(e, Subscript) and isinstance(e.base, Attribute) and e.base.attr == "shape":
+        return nt.intp                                   # an entry of a shape (an atom too)
     return None
 
 
@@ -230,11 +232,20 @@ def placeholder(ty):
 
 
 def _check_list_items(fn):
-    """The items of a list grown by append are kept in a float64 array: an item of another type is
-    refused (its list would read back as floats)."""
-    lists = fn.facts.of(Lowered).lists
+    """The items of a list grown by append are kept in an array of floats, or of integers where the first
+    item appended is an integer (`front/lower.py` `list_append`): an item of the other kind is refused (it
+    would read back converted)."""
+    lists = dict(fn.facts.of(Lowered).lists)
+    for s in walk(fn.body):        # storage made again as the list grows (named anew by the webs pass)
+        if isinstance(s, Assign) and isinstance(s.value, Call) and s.value.fn == "srcad.list_room" and \
+                isinstance(s.value.args[0], Name) and s.value.args[0].id in lists:
+            lists[s.target] = lists[s.value.args[0].id]
     for s in walk(fn.body):
-        if isinstance(s, Store) and s.array in lists and not isinstance(type_of(fn, s.value), nt.Float):
-            raise problem(s.origin, f"the list `{fn.names.user(lists[s.array])}` gets an item of type "
-                                    f"{type_of(fn, s.value)}", "srcad keeps a list grown by append as an array "
-                                    "of floats: append floats, or allocate np.empty(n, dtype) and fill it by index")
+        if isinstance(s, Store) and s.array in lists:
+            kind = nt.Integer if isinstance(fn.types[s.array].dtype, nt.Integer) else nt.Float
+            if not isinstance(type_of(fn, s.value), kind):
+                raise problem(s.origin, f"the list `{fn.names.user(lists[s.array])}` gets an item of type "
+                                        f"{type_of(fn, s.value)} in a list of "
+                                        f"{'integers' if kind is nt.Integer else 'floats'}",
+                              "srcad keeps a list grown by append as an array of floats, or of integers: append "
+                              "items of one kind (float(v) or int(v)), or allocate np.empty(n, dtype) and fill it")

@@ -63,13 +63,14 @@ RESERVED = {"np", "math", "numba", "List", "types", "range", "len", "abs", "min"
     set(EXPORTS)
 
 
-def lower(top, nones=frozenset(), options=None, differentiated=False):
+def lower(top, nones=frozenset(), options=None, differentiated=False, integers=frozenset(), integer_arrays=frozenset()):
     """The IR Function of parsed function `top` (a FuncInfo), with everything it calls inlined. The
     parameters in `nones` are passed None: tests of them (`if w is None:`) are decided here, as for
     module constants, so the branch that would use them as values is dropped. `options` maps the
     parameters passed strings (`method="linear"`) or functions to them: constants of this compile, as
     in Numba. `differentiated`: the code will be differentiated, so functions with a custom rule
-    (`f.defjvp`) are called through it, `top` too."""
+    (`f.defjvp`) are called through it, `top` too. `integers`, `integer_arrays`: the parameters passed
+    integers, and arrays of them (they tell a list of integers from one of floats)."""
     ctx = _Context(top, differentiated)
     options = options or {}
     params = [a.arg for a in top.tree.args.args]
@@ -83,6 +84,8 @@ def lower(top, nones=frozenset(), options=None, differentiated=False):
     low = _Lowerer(ctx, top, rename, {p: _Callee(pyfunc=unwrap(v)) if inspect.isfunction(unwrap(v)) else Const(v)
                                       for p, v in options.items() if p not in copies}, helper=False,
                    nones={p for p in nones if p not in copies})
+    ctx.ints |= {n for p in integers for n in (outer.get(p, p), rename.get(p, p))}
+    ctx.int_arrays |= {n for p in integer_arrays for n in (outer.get(p, p), rename.get(p, p))}
     low.at(top.tree)
     rule = rule_of(top.pyfunc) if differentiated else None
     if rule is not None and rule.jvp is not None:      # a custom VJP is the caller's to use (function.py)
@@ -117,6 +120,10 @@ class _Context:
         self.sites = {}              # helper name -> number of call sites inlined so far
         self.tuples = {}             # local bound to a tuple -> the names of its elements
         self.lists = {}              # local bound to a list grown by append -> (its items, its length)
+        self.list_storage = {}       # items of a list -> the statements allocating them (`new_list`)
+        self.list_dtype = {}         # items of a list -> np.int64 once an integer is appended first
+        self.ints = set()            # names known to hold integers as lowering goes (`int_valued`)
+        self.int_arrays = set()      # parameters that are arrays of integers
         self.frozen = {}             # key of a module-level array read (`freeze`) -> the statement binding it
 
     def load(self, pyfunc):
@@ -126,6 +133,11 @@ class _Context:
             self.infos.append(info)
             self.names.used |= all_names(info.tree)
         return self.loaded[pyfunc]
+
+
+def _storage(dtype):
+    """The first storage of a list grown by append: 16 items, floats or (`dtype` "np.int64") integers."""
+    return Call("np.empty", (Const(16),) + ((Global(dtype),) if dtype else ()))
 
 
 def _count(items):
@@ -280,7 +292,33 @@ class _Lowerer:
         return n in self.rename or n in self.subst
 
     def assign(self, target, value):
+        if self.int_valued(value):
+            self.ctx.ints.add(target)
+        else:
+            self.ctx.ints.discard(target)
         self.emit(Assign(target, value, self.origin))
+
+    def int_valued(self, e):
+        """Does `e` hold an integer, as far as lowering can tell (literals, loop indices, lengths, shapes,
+        arithmetic of those, elements of integer arrays passed in)? It decides the storage of a list that
+        integers are appended to."""
+        if isinstance(e, Const):
+            return type(e.value) is int
+        if isinstance(e, Name):
+            return e.id in self.ctx.ints
+        if isinstance(e, BinOp):
+            return e.op in ("+", "-", "*", "//", "%") and self.int_valued(e.left) and self.int_valued(e.right)
+        if isinstance(e, UnaryOp):
+            return e.op in ("-", "+") and self.int_valued(e.operand)
+        if isinstance(e, Call):
+            return e.fn in ("len", "int", "round", "np.argmax", "np.argmin") or \
+                (e.fn in ("abs", "min", "max") and all(self.int_valued(a) for a in e.args))
+        if isinstance(e, Subscript):
+            if isinstance(e.base, Attribute):
+                return e.base.attr == "shape"
+            return isinstance(e.base, Name) and e.base.id in self.ctx.int_arrays and \
+                not any(isinstance(i, Slice) or not self.int_valued(i) for i in e.index)
+        return False
 
     def temp(self, value, base="t"):
         t = self.fresh(base)
@@ -575,6 +613,7 @@ class _Lowerer:
             args.append(Const(1))
         start, stop, step = (self.stable(a, s.body) for a in args)
         var = self.local(s.target.id)
+        self.ctx.ints.add(var)
         has_break = _contains(s.body, ast.Break, False)
         has_cont = _contains(s.body, ast.Continue, False)
         has_ret = self.ret_flag is not None and _contains(s.body, ast.Return, True)
@@ -1348,7 +1387,8 @@ class _Lowerer:
         """`acc = []`: storage for 16 items, doubled as it fills (`runtime.list_room`), and no item yet."""
         items, length = self.ctx.lists.get(local) or (self.fresh(f"{local}_items"), self.fresh(f"{local}_length"))
         self.ctx.lists[local] = (items, length)
-        self.assign(items, Call("np.empty", (Const(16),)))
+        self.assign(items, _storage(self.ctx.list_dtype.get(items)))
+        self.ctx.list_storage.setdefault(items, []).append(self.out[-1])
         self.assign(length, Const(0))
 
     def list_of(self, node):
@@ -1362,6 +1402,12 @@ class _Lowerer:
             raise self.err(node, "append with other than one value", "append one value at a time")
         items, length = lst
         value = self.as_atom(self.expr(node.args[0]))
+        if items not in self.ctx.list_dtype:         # the first append decides: integers, or floats
+            self.ctx.list_dtype[items] = "np.int64" if self.int_valued(value) else None
+            for allocation in self.ctx.list_storage[items]:
+                allocation.value = _storage(self.ctx.list_dtype[items])
+            if self.ctx.list_dtype[items]:
+                self.ctx.int_arrays.add(items)
         self.assign(items, Call("srcad.list_room", (Name(items), Name(length))))
         self.emit(Store(items, (Name(length),), value, self.origin))
         self.assign(length, BinOp("+", Name(length), Const(1)))
