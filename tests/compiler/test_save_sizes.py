@@ -228,6 +228,22 @@ def while_loop(x):
     return s
 
 
+def shapes_of_products(A, x):
+    """Bounds from shapes of arrays computed in the function: a matrix product, a transpose, a negated
+    product, a broadcast of views with new axes, an elementwise function of it."""
+    G = A.T @ A
+    b = -(A.T @ x)
+    d = x[:, np.newaxis] - x[np.newaxis, :]
+    E = np.exp(-d * d)
+    s = 0.0
+    for i in range(G.shape[0]):
+        for j in range(i, b.shape[0]):
+            s = math.sin(s + G[i, j] * b[j])
+    for i in range(E.shape[0]):
+        s = math.cos(s * E[i, i] + s)
+    return s
+
+
 _X = np.linspace(0.1, 0.9, 7)
 KERNELS = [
     (triangular_both, (np.eye(5) * 3.0 + np.linspace(0.1, 0.5, 25).reshape(5, 5),), (0,)),
@@ -239,6 +255,7 @@ KERNELS = [
     (early_exit, (_X, 9.0), (0, 1)),
     (data_dependent_bound, (_X, np.array([1, 0, 3, 2, 7, 5, 4])), (0,)),
     (while_loop, (_X,), (0,)),
+    (shapes_of_products, (np.linspace(0.2, 1.4, 12).reshape(4, 3), np.linspace(-0.5, 0.5, 4)), (0, 1)),
 ]
 
 
@@ -252,6 +269,18 @@ def test_loops_with_known_trip_counts_are_counted_exactly():
         forward = forward_of(fn, args, active)
         for k, (count, exact, height) in predicted_and_pushed(forward, args).items():
             assert count is not None and (exact or fn is branch_in_loop), (fn.__name__, k)
+
+
+def test_shapes_of_arrays_computed_in_the_function_are_counted_exactly():
+    """Products, transposes, broadcasts and elementwise results: their shapes come from the arguments',
+    so storage is sized exactly before the call, and the gradient under that storage is right."""
+    fn, args, active = KERNELS[-1]
+    forward = forward_of(fn, args, active, policy=SIZED)
+    sizes = predicted_and_pushed(forward_of(fn, args, active), args)
+    assert sizes and all(count == height and exact for count, exact, height in sizes.values())
+    assert all(forward.stacks[k].size is not None for k in {t.stack for t in walk(forward.body) if isinstance(t, Push)})
+    f = ad.function(fn, target=SizedCPU.name)
+    check_function(f, args, active)
 
 
 def test_a_loop_with_a_break_is_bounded_by_its_range_and_a_while_loop_has_no_count():

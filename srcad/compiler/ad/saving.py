@@ -34,7 +34,7 @@ from ..ir.facts import Aliasing
 from ..ir.visit import (assigned, blocks, defines, names_in, reads, rewrite_top_down, subexpressions, substitute, walk,
                         written_array)
 from .local import value_names
-from .rules import JOINS
+from .rules import ELEMENTWISE, JOINS
 
 
 @dataclass(frozen=True)
@@ -555,8 +555,9 @@ class _Counter:
         return out
 
     def shape_of(self, e, env, changed):
-        """The shape of array expression `e` as a tuple of values read before the count, or None:
-        an array name, a copy of one, a scalar times one, or an allocation of a known shape."""
+        """The shape of array expression `e` as a tuple of values read before the count, or None: an array
+        name, a view of one through full slices, integers and new axes, a copy, an elementwise result
+        (broadcast), a matrix product, a transpose, or an allocation of a known shape."""
         if isinstance(e, Name):
             ty = self.types.get(e.id)
             if ("shape", e.id) in env:
@@ -564,11 +565,23 @@ class _Counter:
             if e.id in changed or not isinstance(ty, nt.Array):
                 return None
             return tuple(Subscript(Attribute(e, "shape"), (Const(k),)) for k in range(ty.ndim))
-        if isinstance(e, BinOp) and e.op in ("+", "-", "*", "/"):
-            array = [x for x in (e.left, e.right) if not isinstance(_expr_type(self.types, x), (nt.Number, nt.Boolean))]
-            return self.shape_of(array[0], env, changed) if len(array) == 1 else None
+        if isinstance(e, Subscript) and isinstance(e.base, Name):
+            return _view_shape(self.shape_of(e.base, env, changed), e.index, self.types)
+        if isinstance(e, UnaryOp) and e.op in ("-", "+"):
+            return self.shape_of(e.operand, env, changed)
+        if isinstance(e, BinOp) and e.op == "@":
+            return _product_shape(self.operand_shape(e.left, env, changed), self.operand_shape(e.right, env, changed))
+        if isinstance(e, BinOp) and e.op in ("+", "-", "*", "/", "**"):
+            return _broadcast([self.operand_shape(x, env, changed) for x in (e.left, e.right)])
         if not isinstance(e, Call) or not e.args:
             return None
+        if e.fn == "np.transpose" and len(e.args) == 1:
+            shape = self.shape_of(e.args[0], env, changed)
+            return shape[::-1] if shape is not None else None
+        if e.fn == "np.dot" and len(e.args) == 2:
+            return _product_shape(*(self.operand_shape(x, env, changed) for x in e.args))
+        if e.fn in ELEMENTWISE and not e.keywords:
+            return _broadcast([self.operand_shape(x, env, changed) for x in e.args])
         if e.fn in _SAME_SHAPE:
             return self.shape_of(e.args[0], env, changed)
         if e.fn in _MADE_OF_SHAPE:
@@ -576,6 +589,12 @@ class _Counter:
             dims = tuple(self.fixed(d, env, changed) for d in dims)
             return None if any(d is None for d in dims) else dims
         return None
+
+    def operand_shape(self, e, env, changed):
+        """The shape of an operand: () for a scalar, else as `shape_of`."""
+        if isinstance(_expr_type(self.types, e), (nt.Number, nt.Boolean)):
+            return ()
+        return self.shape_of(e, env, changed)
 
     def stmt(self, s, env, changed):
         if isinstance(s, Push):
@@ -644,6 +663,46 @@ def _expr_type(types, e):
 _SAME_SHAPE = frozenset({"np.copy", ".copy", "np.ascontiguousarray", "np.zeros_like", "np.ones_like",
                          "np.empty_like", "np.full_like"})
 _MADE_OF_SHAPE = frozenset({"np.zeros", "np.ones", "np.empty", "np.full"})
+
+
+def _broadcast(shapes):
+    """The shape NumPy broadcasts `shapes` to, where each axis is known (a 1 meets anything), else None."""
+    if any(shape is None for shape in shapes):
+        return None
+    ndim = max(len(shape) for shape in shapes)
+    out = []
+    for k in range(ndim):
+        extents = {shape[k - ndim + len(shape)] for shape in shapes if k - ndim + len(shape) >= 0} - {Const(1)}
+        if len(extents) > 1:
+            return None
+        out.append(extents.pop() if extents else Const(1))
+    return tuple(out)
+
+
+def _product_shape(a, b):
+    """The shape of `a @ b` for operands of 1 or 2 axes, else None."""
+    if a is None or b is None or not 1 <= len(a) <= 2 or not 1 <= len(b) <= 2:
+        return None
+    return a[:-1] + b[1:] if len(b) == 2 else a[:-1]
+
+
+def _view_shape(shape, index, types):
+    """The shape of `a[index]` for `a` of `shape`: full slices keep an axis, new axes add one, integers
+    drop one (other slices and index arrays: None)."""
+    if shape is None:
+        return None
+    out, axis = [], 0
+    for i in index:
+        if i == Const(None):
+            out.append(Const(1))
+        elif i == Slice():
+            out.append(shape[axis])
+            axis += 1
+        elif isinstance(_expr_type(types, i), nt.Integer) or (isinstance(i, Const) and type(i.value) is int):
+            axis += 1
+        else:
+            return None
+    return tuple(out) + tuple(shape[axis:])
 
 
 def _plus(a, b):
