@@ -1,0 +1,66 @@
+"""Zero-cotangent guards paid for only where a cotangent is zero (`opt/zero_guards.py`): a loop body's
+stretch of guarded scalar statements runs unguarded first, and again with its guards from the values
+before it where a nan came out; the IR kept for differentiating again has the guards alone."""
+import math
+
+import numba
+import pytest
+
+import srcad as ad
+from srcad.compiler import transform
+from srcad.compiler.ir.printer import function_text
+from srcad.testing import finite_differences
+
+
+def zero_weight_times_sqrt(x, y, w, n):
+    """With y = 0 the partial of sqrt(y) is inf, and with w = 0 the cotangent reaching it is 0: the
+    unguarded run makes a nan, the guarded run adds nothing (d/dy = 0)."""
+    s = 0.0
+    for i in range(n):
+        r = math.sqrt(y)
+        t = r * w
+        s = s * x + t + x * x
+    return s
+
+
+F = ad.function(zero_weight_times_sqrt)
+N = 4
+
+
+def value_and_grads(x, y, w):
+    vx, vy, vw = ad.Variable(x), ad.Variable(y), ad.Variable(w)
+    with ad.GradientTape() as tape:
+        out = F(vx, vy, vw, N)
+    return [float(g.numpy()) for g in tape.gradient(out, [vx, vy, vw])]
+
+
+def test_the_compiled_adjoint_runs_unguarded_first_and_the_kept_ir_has_the_guards_alone():
+    t = transform(zero_weight_times_sqrt, (numba.float64,) * 3 + (numba.int64,), (True, True, True, False))
+    compiled = t.source("adjoint")
+    assert "made_nan = written_sum != written_sum" in compiled and "if made_nan:" in compiled
+    kept = function_text(t.ir.adjoint)
+    assert "made_nan" not in kept and "nonzero" in kept
+
+
+def test_a_zero_cotangent_meeting_an_infinite_partial_in_a_loop_adds_nothing():
+    gx, gy, gw = value_and_grads(0.7, 0.0, 0.0)
+    assert gy == 0.0 and gw == 0.0
+    expected = finite_differences(lambda a: zero_weight_times_sqrt(a[0], 0.0, 0.0, N), (0.7,), 0)
+    assert gx == pytest.approx(float(expected), rel=1e-7)
+
+
+def test_where_no_zero_meets_an_inf_the_unguarded_run_is_the_gradient():
+    for k, g in enumerate(value_and_grads(0.7, 0.4, 0.3)):
+        expected = finite_differences(lambda a: zero_weight_times_sqrt(*a, N), (0.7, 0.4, 0.3), k)
+        assert g == pytest.approx(float(expected), rel=1e-7)
+
+
+def test_second_order_differentiates_the_guarded_code():
+    x = ad.Variable(0.7)
+    with ad.GradientTape() as outer:
+        with ad.GradientTape() as inner:
+            out = F(x, 0.4, 0.3, N)
+        g = inner.gradient(out, x)
+    h = float(outer.gradient(g, x).numpy())
+    expected = finite_differences(lambda a: value_and_grads(a[0], 0.4, 0.3)[0], (0.7,), 0)
+    assert h == pytest.approx(float(expected), rel=1e-6)
