@@ -93,3 +93,35 @@ def test_lstm_objective_and_gradient(path):
     _assert_rho(np.asarray(g_main.numpy()).ravel(), golden[:nm], path + " gradient main_params")
     _assert_rho(np.asarray(g_extra.numpy()).ravel(), golden[nm:], path + " gradient extra_params")
     np.testing.assert_array_equal(args[2], state_before)   # the state input is not modified
+
+
+def test_gmm_hessian_by_jacobians_of_the_gradient():
+    """ADBench GMM d2 K5 (30 parameters): the full Hessian, as jacobians of the compiled gradient over
+    nested tapes, is symmetric to rounding and agrees with finite differences of the gradient."""
+    path = "gmm/1k/gmm_d2_K5.txt"
+    args = M.gmm_args(M.read_gmm(os.path.join(M.DATA_DIR, path)))
+    f = compiled(M.gmm_objective)
+    params = [np.asarray(a, dtype=np.float64) for a in args[:3]]
+    sizes = [p.size for p in params]
+
+    def gradient(flat):
+        pieces = np.split(flat, np.cumsum(sizes)[:-1])
+        vs = [ad.Variable(x.reshape(p.shape)) for x, p in zip(pieces, params)]
+        with ad.GradientTape() as tape:
+            err = f(*vs, *args[3:])
+        return np.concatenate([np.asarray(g.numpy()).ravel() for g in tape.gradient(err, vs)])
+
+    vs = [ad.Variable(p) for p in params]
+    with ad.GradientTape(persistent=True) as outer:
+        with ad.GradientTape() as inner:
+            err = f(*vs, *args[3:])
+        grads = inner.gradient(err, vs)
+    H = np.block([[np.asarray(outer.jacobian(g, v).numpy()).reshape(gs, vsize)
+                   for v, vsize in zip(vs, sizes)] for g, gs in zip(grads, sizes)])
+    assert H.shape == (30, 30)
+    scale = np.abs(H).max()
+    np.testing.assert_allclose(H, H.T, rtol=1e-10, atol=1e-10 * scale)
+    theta = np.concatenate([p.ravel() for p in params])
+    h = 1e-5
+    fd = np.stack([(gradient(theta + h * e) - gradient(theta - h * e)) / (2 * h) for e in np.eye(theta.size)], 1)
+    np.testing.assert_allclose(H, fd, rtol=1e-5, atol=1e-6 * scale)
