@@ -64,3 +64,26 @@ def test_second_order_differentiates_the_guarded_code():
     h = float(outer.gradient(g, x).numpy())
     expected = finite_differences(lambda a: value_and_grads(a[0], 0.4, 0.3)[0], (0.7,), 0)
     assert h == pytest.approx(float(expected), rel=1e-6)
+
+
+def skips_when_zero(x, w, n):
+    """A user's own test of `!= 0.0` in a loop whose iterations the adjoint runs again: not a guard, kept
+    in the unguarded run too."""
+    s = 0.5
+    for i in range(n):
+        nonzero = w != 0.0
+        if nonzero:
+            s = s * x + math.sin(s + w)
+        s = math.cos(s * x) + x * s
+    return s
+
+
+@pytest.mark.parametrize("w", [0.0, 0.3])
+def test_a_users_own_test_against_zero_is_not_taken_for_a_guard(w):
+    f = ad.function(skips_when_zero)
+    vx = ad.Variable(0.7)
+    with ad.GradientTape() as tape:
+        out = f(vx, w, 5)
+    got = float(tape.gradient(out, vx).numpy())
+    assert got == pytest.approx(float(finite_differences(lambda a: skips_when_zero(a[0], w, 5), (0.7,), 0)),
+                                rel=1e-7)

@@ -42,6 +42,7 @@ class LocalAdjoints:
         self.d = {}
         self.memo = {}
         self.locals = {}
+        self.guards = set()      # flags of the zero-cotangent guards made (`unless_zero`)
 
     # ---- names ---------------------------------------------------------------------------------
     def adjoint_name(self, v):
@@ -162,6 +163,7 @@ class LocalAdjoints:
             return stmts
         flag = self.local(s, "nonzero")
         self.fn.types[flag] = nt.boolean
+        self.guards.add(flag)
         return [Assign(flag, Compare("!=", cotangent, Const(0.0))), If(Name(flag), stmts)]
 
     def _rule_vjp(self, s):

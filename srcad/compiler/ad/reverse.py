@@ -309,7 +309,7 @@ class _Reverse:
                         # the adjoint reads the primal's arrays as they may share memory there; its own
                         # adjoint arrays share memory with nothing (`Reverse.adjoints`)
                         Facts(Reverse(saved, d_outs, dict(self.stacks[self.plan.top]), set(self.local.d.values()),
-                                      bool(shared)), fn.facts.copy().of(Aliasing)),
+                                      bool(shared), set(self.local.guards)), fn.facts.copy().of(Aliasing)),
                         fn.names, [], fn.sources)
 
 

@@ -65,14 +65,16 @@ class OptionalValues:
 @dataclass
 class Reverse:
     """`ad/reverse.py`, on the forward and the adjoint it makes: the names of `saved`, the cotangent
-    parameters, the forward's stacks, the adjoint names, and whether the adjoint consumes `saved` (it
-    restores arrays in place: once per forward)."""
+    parameters, the forward's stacks, the adjoint names, whether the adjoint consumes `saved` (it
+    restores arrays in place: once per forward), and the flags of its zero-cotangent guards
+    (`LocalAdjoints.unless_zero`)."""
     made_by = "reverse"
     saved: list
     d_outs: list = field(default_factory=list)
     forward_stacks: dict = field(default_factory=dict)
     adjoints: set = field(default_factory=set)
     once_per_forward: bool = False
+    guards: set = field(default_factory=set)
 
 
 class Facts:

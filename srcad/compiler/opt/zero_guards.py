@@ -22,61 +22,63 @@ the stretch adds it to; where none comes out, the result is the guarded one
 from numba.core import types as nt
 
 from ..ir import Accumulate, Assign, BinOp, Call, Compare, Const, For, If, Name
+from ..ir.facts import Reverse
 from ..ir.visit import blocks, clone, map_exprs, rebuild, walk
 from .cleanup import live_in
 
 
 def version_guarded_stretches(fn):
-    """Rewrite, in place, the stretches of guarded scalar statements in the loop bodies of `fn`."""
+    """Rewrite, in place, the stretches of guarded scalar statements in the loop bodies of `fn` (an
+    adjoint: its guards' flags are in its `Reverse` record)."""
+    guards = fn.facts.of(Reverse).guards
     for loop in [s for s in walk(fn.body) if isinstance(s, For)]:
-        loop.body[:] = _versioned(fn, loop.body)
+        loop.body[:] = _versioned(fn, loop.body, guards)
     return fn
 
 
-def _versioned(fn, body):
+def _versioned(fn, body, guards):
     out, k = [], 0
     while k < len(body):
-        end = _stretch_end(fn, body, k)
+        end = _stretch_end(fn, body, k, guards)
         if end is None:
             out.append(body[k])
             k += 1
             continue
-        out += _two_versions(fn, body[k:end])
+        out += _two_versions(fn, body[k:end], guards)
         k = end
     return out
 
 
-def _is_guard(body, k):
+def _is_guard(body, k, guards):
     """Is `body[k]` the flag of a zero-cotangent guard, `body[k + 1]` the guarded statements?"""
     s = body[k]
-    return k + 1 < len(body) and isinstance(s, Assign) and isinstance(s.value, Compare) and \
-        s.value.op == "!=" and s.value.right == Const(0.0) and isinstance(body[k + 1], If) and \
-        body[k + 1].cond == Name(s.target) and not body[k + 1].orelse
+    return k + 1 < len(body) and isinstance(s, Assign) and s.target in guards and \
+        isinstance(body[k + 1], If) and body[k + 1].cond == Name(s.target) and not body[k + 1].orelse
 
 
-def _stretch_end(fn, body, k):
+def _stretch_end(fn, body, k, guards):
     """The end of the stretch starting at guard `body[k]`: guards and scalar statements up to the last
     guard before something else (None if `body[k]` starts no guard or the stretch has one guard only)."""
-    if not _is_guard(body, k):
+    if not _is_guard(body, k, guards):
         return None
-    last, guards, j = None, 0, k
+    last, count, j = None, 0, k
     while j < len(body):
-        if _is_guard(body, j) and _scalar_only(fn, body[j + 1].body):
-            guards += 1
+        if _is_guard(body, j, guards) and _scalar_only(fn, body[j + 1].body):
+            count += 1
             j += 2
             last = j
         elif _scalar_only(fn, [body[j]]):
             j += 1
         else:
             break
-    return last if guards > 1 else None
+    return last if count > 1 else None
 
 
 def _scalar_only(fn, stmts):
-    """Do `stmts` only bind or add into scalar names (branches allowed, nothing else)?"""
+    """Do `stmts` only bind or add into scalar names, unconditionally? (Within a stretch only its guards
+    branch, and they bind adjoint names, which the adjoint binds on entry: so what the stretch reads
+    first is bound before it, and can be kept for its second run.)"""
     for s in walk(stmts):
-        if isinstance(s, If):
-            continue
         target = s.target if isinstance(s, Assign) else s.target.id if isinstance(s, Accumulate) and \
             isinstance(s.target, Name) else None
         if target is None or not isinstance(fn.types.get(target), (nt.Number, nt.Boolean)):
@@ -84,7 +86,8 @@ def _scalar_only(fn, stmts):
     return True
 
 
-def _two_versions(fn, stretch):
+def _two_versions(fn, stretch, guards):
+    """The stretch unguarded, then again guarded from the values before it where a nan came out."""
     written = {s.target if isinstance(s, Assign) else s.target.id for s in walk(stretch)
                if isinstance(s, (Assign, Accumulate))}
     floats = sorted(v for v in written if isinstance(fn.types.get(v), nt.Float))
@@ -103,20 +106,20 @@ def _two_versions(fn, stretch):
         sums = BinOp("+", sums, Name(v)) if sums != Const(0.0) else Name(v)
     check = [Assign(total.id, sums, origin), Assign(bad, Compare("!=", total, total), origin)]
     again = [Assign(v, Name(b), origin) for v, b in before.items()] + stretch
-    return keep + _unguarded(clone(stretch)) + check + [If(Name(bad), again, [], origin)]
+    return keep + _unguarded(clone(stretch), guards) + check + [If(Name(bad), again, [], origin)]
 
 
-def _unguarded(stmts):
+def _unguarded(stmts, guards):
     """`stmts` without their zero-cotangent guards, products of partials plain."""
     out, k = [], 0
     while k < len(stmts):
-        if _is_guard(stmts, k):
-            out += _unguarded(stmts[k + 1].body)
+        if _is_guard(stmts, k, guards):
+            out += _unguarded(stmts[k + 1].body, guards)
             k += 2
             continue
         s = stmts[k]
         for block in blocks(s):
-            block[:] = _unguarded(block)
+            block[:] = _unguarded(block, guards)
         map_exprs(s, lambda e: rebuild(e, _plain))
         out.append(s)
         k += 1
@@ -124,6 +127,7 @@ def _unguarded(stmts):
 
 
 def _plain(e):
+    """`cotangent_times(a, b)` as `a * b`."""
     if isinstance(e, Call) and e.fn == "srcad.cotangent_times":
         return BinOp("*", e.args[0], e.args[1])
     return e
