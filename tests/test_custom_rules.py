@@ -80,6 +80,9 @@ def test_defjvp_keeps_float32_float32():
     g = ad.grad(weighted_softplus)(X.astype(np.float32))
     assert g.dtype == np.float32
     np.testing.assert_allclose(g, rule_gradient(X), rtol=1e-5)
+    h = ad.hessian(weighted_softplus)(X.astype(np.float32))
+    assert h.dtype == np.float32
+    np.testing.assert_allclose(h, rule_hessian(X), rtol=1e-4, atol=1e-6)
 
 
 def test_defjvp_in_forward_mode_from_compiled_and_eager_callers():

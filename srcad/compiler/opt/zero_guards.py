@@ -90,7 +90,11 @@ def _two_versions(fn, stretch, guards):
     """The stretch unguarded, then again guarded from the values before it where a nan came out."""
     written = {s.target if isinstance(s, Assign) else s.target.id for s in walk(stretch)
                if isinstance(s, (Assign, Accumulate))}
-    floats = sorted(v for v in written if isinstance(fn.types.get(v), nt.Float))
+    # a nan the unguarded run makes lands in what the guarded statements write (the others recompute
+    # primal values or zero an adjoint): only those are checked, so a primal inf costs nothing
+    guarded = {t.target if isinstance(t, Assign) else t.target.id for k, s in enumerate(stretch)
+               if _is_guard(stretch, k, guards) for t in walk(stretch[k + 1].body)}
+    floats = sorted(v for v in guarded if isinstance(fn.types.get(v), nt.Float))
     # what the stretch reads before it binds it (or may leave as it was) comes back for the second run
     before = {v: fn.names.fresh(f"{v}_before") for v in sorted(live_in(stretch, written) & written)}
     for v, b in before.items():
