@@ -35,19 +35,23 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _FILE_LINE = re.compile(r'File "([^"]+)", line (\d+)')
 
 
-def from_numba(exc, path, origins, func_name):
-    """A Numba error raised in generated code at `path`, restated on the user's function and line
+def numba_origin(exc, path, origins):
+    """The user line (an IR Origin) of the generated line at `path` that a Numba error names, or None
     (`origins[k]` is the user line of generated line k + 1, None for lines srcad added)."""
-    text = _ANSI.sub("", str(exc))
-    origin = None
-    for m in _FILE_LINE.finditer(text):
+    for m in _FILE_LINE.finditer(_ANSI.sub("", str(exc))):
         if Path(m.group(1)).name == Path(path).name:
             line = int(m.group(2)) - 1
             while line >= 0 and (line >= len(origins) or origins[line] is None):
                 line -= 1
             if line >= 0:
-                origin = origins[line]
-                break
+                return origins[line]
+    return None
+
+
+def from_numba(exc, path, origins, func_name):
+    """A Numba error raised in generated code at `path`, restated on the user's function and line."""
+    text = _ANSI.sub("", str(exc))
+    origin = numba_origin(exc, path, origins)
     reason = next((ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("Failed in")),
                   text.strip())
     if origin is None:

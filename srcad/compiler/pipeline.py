@@ -21,18 +21,19 @@ from .analysis.activity import analyse_activity
 from .analysis.aliasing import analyse_aliasing
 from .analysis.inplace import resolve_inplace
 from .analysis.optional import flag_optional_values
-from .analysis.types import assign_types, is_float
+from .analysis.types import assign_types, is_float, list_storages
 from .analysis.webs import split_webs
 from .backends import cache
 from .backends.base import get as get_backend
 from .compiled import IR, primal_of
-from .errors import from_numba
+from .errors import from_numba, numba_origin, refuse
 from .front.bounds import insert_index_checks
 from .front.lower import lower
 from .front.parse import load
 from .ir.facts import Activity, Aliasing, Bounds, Lowered, OptionalValues, Reverse
 from .ir.printer import function_text
-from .ir.visit import clone
+from .ir import Store
+from .ir.visit import clone, walk
 from .opt.accumulate import sum_invariant_accumulations
 from .opt.zero_guards import version_guarded_stretches
 from .opt.cleanup import (coalesce_copies, drop_restores_of_unchanged, drop_round_trips, drop_unread_saved,
@@ -206,8 +207,21 @@ def finish(program, primal, until=None, compile_it=False):
     try:
         program.typed = backend.types(primal.dispatcher, program.arg_types, compile_it)
     except backend.errors + (NameError,) as exc:
-        raise from_numba(exc, primal.path, primal.origins, program.primal.name) from None
+        raise _list_of_arrays(program.primal, numba_origin(exc, primal.path, primal.origins)) or \
+            from_numba(exc, primal.path, primal.origins, program.primal.name) from None
     return run_passes(program, PASS_NAMES[len(FRONT):], until)
+
+
+def _list_of_arrays(fn, origin):
+    """The refusal of a list grown by append where the item appended on the line `origin` does not type as
+    a number (an array), or None: srcad keeps such a list as an array of numbers."""
+    lists = list_storages(fn)
+    for s in walk(fn.body):
+        if isinstance(s, Store) and s.origin == origin and origin is not None and s.array in lists:
+            return refuse(origin, f"a list of arrays (or of other items than numbers), `{fn.names.user(lists[s.array])}`",
+                          "srcad keeps a list grown by append as an array of numbers: allocate the 2-d array, "
+                          "np.empty((n, m)), and fill its rows, or append numbers")
+    return None
 
 
 def run_passes(program, names, until=None):

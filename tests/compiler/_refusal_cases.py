@@ -41,8 +41,8 @@ def uses_generator(x):
 
 
 def uses_listcomp(x):
-    a = [x * i for i in range(int(x))]
-    return a[0]
+    a = [[x * i, x] for i in range(int(x))]
+    return a[0][0]
 
 
 def uses_dict(x):
@@ -280,3 +280,10 @@ def failing_helper_in_a_test(x):
     if _reversed_sum_positive(x):
         return np.sum(x)
     return 0.0
+
+
+def appends_arrays(x):
+    acc = []
+    for i in range(3):
+        acc.append(x * i)
+    return np.sum(np.array(acc))

@@ -317,6 +317,17 @@ def basis_functions(x, c):
     return np.sum(powers * c) + np.sum(scaled * scaled) + np.sum(V @ scaled)
 
 
+def selected_energies(x, threshold):
+    """List comprehensions over data-dependent lengths: filtered, over two ranges, over an array, bound to
+    a name and used as a list (`len`, `np.array`, indices), and `sum` of one; their loop names stay theirs."""
+    n = x.shape[0]
+    kept = [v * v for v in x if v > threshold]
+    pairs = np.array([x[i] * x[j] for i in range(n) for j in range(i + 1, n) if j - i < 3])
+    idx = [i for i in range(n) if x[i] < threshold]
+    i = 0.5
+    return sum(kept, 0.25) / max(len(kept), 1) + np.sum(pairs) * i + np.sum(x[np.array(idx)] ** 3)
+
+
 def integrate_with(f, y0, dt, n):
     """A function as an argument of the compiled function, handed on to a helper."""
     y = y0

@@ -68,6 +68,7 @@ CASES = [
     ("list_of_indices", S.peak_indices, (rng.uniform(0.0, 2.0, 40), 0.8), (0,)),
     ("list_of_integers_past_its_storage", S.gaps_between_crossings, (rng.uniform(0.0, 1.0, 60),
                                                                      np.array([1, 0, 2], dtype=np.int64)), (0,)),
+    ("list_comprehensions_of_any_length", S.selected_energies, (rng.uniform(0.0, 2.0, 12), 0.9), (0, 1)),
 ]
 IDS = [c[0] for c in CASES]
 # np.cross has no derivative rule yet: `projected` is checked in the primal only
@@ -95,7 +96,7 @@ SECOND = ["raise_not_taken", "raise_in_loop_else", "assert_holds", "for_over_row
           "zip_of_range_enumerate_xrange", "for_else_break", "while_else_break", "nested_for_else",
           "in_tuple_in_helper", "list_literals", "keyword_arguments", "functions_passed_to_a_helper",
           "distance_function_to_dp_kernel", "nested_functions", "nested_function_passed_to_helper",
-          "list_comprehensions", "list_grown_by_append", "list_past_its_first_storage", "list_of_indices"]
+          "list_comprehensions", "list_comprehensions_of_any_length", "list_grown_by_append", "list_past_its_first_storage", "list_of_indices"]
 
 
 @pytest.mark.parametrize("name", corpus.sweep(SECOND, every=3))

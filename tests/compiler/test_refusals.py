@@ -26,7 +26,8 @@ REFUSALS = [
     (R.uses_with, (F64,), "`with` statement", "with open"),
     (R.uses_lambda, (F64,), "lambda", "f = lambda"),
     (R.uses_generator, (ARR,), "generator expression", "sum("),
-    (R.uses_listcomp, (F64,), "list comprehension", "a = ["),
+    (R.uses_listcomp, (F64,), "a list comprehension of lists over a sequence that is not made of constants",
+     "a = ["),
     (R.uses_dict, (F64,), "dict", "d = {"),
     (R.uses_set, (F64,), "set", "s = {"),
     (R.uses_class, (F64,), "class definition", "class Local"),
@@ -42,6 +43,7 @@ REFUSALS = [
     (R.in_array, (ARR,), "`in` / `not in` on an array", "1.0 in x"),
     (R.empty_list, (ARR,), "an empty list used as a value", "len([])"),
     (R.global_array, (ARR,), "module-level array `TABLE` of dtype object", "TABLE"),
+    (R.appends_arrays, (ARR,), "a list of arrays (or of other items than numbers), `acc`", "acc.append"),
 ]
 
 

@@ -231,15 +231,22 @@ def placeholder(ty):
     return Const(0)
 
 
+def list_storages(fn):
+    """The arrays that keep the items of a list grown by append -> the list's name: its first storage,
+    and the storage made again as it grows (named anew by the webs pass)."""
+    lists = dict(fn.facts.of(Lowered).lists)
+    for s in walk(fn.body):
+        if isinstance(s, Assign) and isinstance(s.value, Call) and s.value.fn == "srcad.list_room" and \
+                isinstance(s.value.args[0], Name) and s.value.args[0].id in lists:
+            lists[s.target] = lists[s.value.args[0].id]
+    return lists
+
+
 def _check_list_items(fn):
     """The items of a list grown by append are kept in an array of floats, or of integers where the first
     item appended is an integer (`front/lower.py` `list_append`): an item of the other kind is refused (it
     would read back converted)."""
-    lists = dict(fn.facts.of(Lowered).lists)
-    for s in walk(fn.body):        # storage made again as the list grows (named anew by the webs pass)
-        if isinstance(s, Assign) and isinstance(s.value, Call) and s.value.fn == "srcad.list_room" and \
-                isinstance(s.value.args[0], Name) and s.value.args[0].id in lists:
-            lists[s.target] = lists[s.value.args[0].id]
+    lists = list_storages(fn)
     for s in walk(fn.body):
         if isinstance(s, Store) and s.array in lists:
             kind = nt.Integer if isinstance(fn.types[s.array].dtype, nt.Integer) else nt.Float

@@ -46,7 +46,7 @@ _NOT_STATIC = object()
 _NUMBERS = (bool, int, float, np.integer, np.floating, np.bool_)
 # NumPy calls evaluated when compiling, on constant arguments: `np.finfo(np.float64).tiny`
 _STATIC_CALLS = {"np.finfo", "np.iinfo"}
-_BUILTINS = {"abs", "min", "max", "float", "int", "len", "round", "bool"}
+_BUILTINS = {"abs", "min", "max", "float", "int", "len", "round", "bool", "sum"}
 _UNROLLED = 64         # the longest list comprehension written out as a list literal
 # NumPy functions Numba lacks, which srcad's runtime supplies to compiled code
 _SUPPLIED = {"np.tile": "srcad.tile"}
@@ -133,6 +133,16 @@ class _Context:
             self.infos.append(info)
             self.names.used |= all_names(info.tree)
         return self.loaded[pyfunc]
+
+
+class _Renamed(ast.NodeTransformer):
+    """An AST with names renamed (`mapping`: old -> new), read or bound."""
+
+    def __init__(self, mapping):
+        self.mapping = mapping
+
+    def visit_Name(self, node):
+        return ast.copy_location(ast.Name(self.mapping.get(node.id, node.id), node.ctx), node)
 
 
 def _storage(dtype):
@@ -445,6 +455,10 @@ class _Lowerer:
             return
         if isinstance(target, ast.Name) and isinstance(s.value, ast.List) and not s.value.elts:
             self.new_list(self.local(target.id))
+            return
+        if isinstance(target, ast.Name) and isinstance(s.value, ast.ListComp) and not self.is_unrolled(s.value) \
+                and not isinstance(s.value.elt, (ast.List, ast.ListComp)):
+            self.comprehension_list(s.value, self.local(target.id))
             return
         if isinstance(target, ast.Name) and self.local(target.id) in self.ctx.lists:
             raise self.err(s, f"`{target.id}` bound to a list and to another value", "use a different name for each")
@@ -1048,16 +1062,16 @@ class _Lowerer:
     def expr_ListComp(self, node):
         """`[f(i) for i in range(3)]` over a sequence of constants (a range of constant bounds, a tuple
         or list of numbers): written out as the list literal it makes, which np.array then types as
-        Numba types the list."""
-        gen = node.generators[0]
-        items = self.constant_items(gen.iter) if len(node.generators) == 1 and not gen.ifs and \
-            isinstance(gen.target, ast.Name) else None
-        if items is None or len(items) > _UNROLLED:
-            raise self.err(node, f"a list comprehension other than over a constant range or tuple (of at most "
-                           f"{_UNROLLED} items, without `if`)", "allocate the array, np.empty(n), and fill it in "
-                           "a for loop")
-        name, elems = gen.target.id, []
+        Numba types the list. Over any other sequence: the list it grows by append (`comprehension_list`)."""
         rows = isinstance(node.elt, (ast.List, ast.ListComp))      # a list of lists: np.array stacks them
+        if not self.is_unrolled(node):
+            if rows:
+                raise self.err(node, "a list comprehension of lists over a sequence that is not made of "
+                               "constants", "allocate the 2-d array, np.empty((n, m)), and fill it in a for loop")
+            return self.comprehension_list(node)
+        gen = node.generators[0]
+        name, elems = gen.target.id, []
+        items = self.constant_items(gen.iter)
         shadowed = self.subst.get(name)
         try:
             for v in items:
@@ -1069,6 +1083,44 @@ class _Lowerer:
             else:
                 self.subst[name] = shadowed
         return Call("np.stack" if rows else "np.array", (Tuple(tuple(elems)),))
+
+    def comprehension_list(self, node, acc=None):
+        """`[e for v in seq if c]` over any sequence a `for` takes: the list grown by append it makes,
+        `acc = []; for v in seq: if c: acc.append(e)`, as an array (or, given `acc`, bound to that local
+        as a list). Its loop names are its own, as in Python (they do not leak into the function); the
+        first sequence is read outside them."""
+        as_value = acc is None
+        acc = self.fresh("comprehension") if as_value else acc
+        own = {}
+        for gen in node.generators:
+            for n in ast.walk(gen.target):
+                if isinstance(n, ast.Name):
+                    own[n.id] = own.get(n.id) or self.fresh(n.id)
+        for local in (acc, *own.values()):
+            self.rename[local] = local
+        private = _Renamed(own)
+        body = [ast.Expr(ast.Call(ast.Attribute(ast.Name(acc, ast.Load()), "append", ast.Load()),
+                                  [private.visit(copy.deepcopy(node.elt))], []))]
+        for k, gen in reversed(list(enumerate(node.generators))):
+            ifs = [private.visit(copy.deepcopy(c)) for c in gen.ifs]
+            if ifs:
+                body = [ast.If(ifs[0] if len(ifs) == 1 else ast.BoolOp(ast.And(), ifs), body, [])]
+            seq = gen.iter if k == 0 else private.visit(copy.deepcopy(gen.iter))
+            body = [ast.For(private.visit(copy.deepcopy(gen.target)), seq, body, [])]
+        loop = ast.fix_missing_locations(ast.copy_location(body[0], node))
+        for n in ast.walk(loop):
+            ast.copy_location(n, node)
+        self.new_list(acc)
+        self.stmt(loop)
+        self.at(node)
+        return self.list_value(self.ctx.lists[acc], acc) if as_value else None
+
+    def is_unrolled(self, node):
+        """Is the list comprehension `node` written out as a list literal (over constants)?"""
+        gen = node.generators[0]
+        items = self.constant_items(gen.iter) if len(node.generators) == 1 and not gen.ifs and \
+            isinstance(gen.target, ast.Name) else None
+        return items is not None and len(items) <= _UNROLLED
 
     def constant_items(self, node):
         """The values of a sequence made of constants only (range of constants, tuple or list of
@@ -1313,8 +1365,10 @@ class _Lowerer:
             return self.list_array(args[0], kws)
         if fn in ("np.array", "np.asarray") and len(args) == 1 and isinstance(args[0], ast.ListComp) and not kws:
             return self.expr(args[0])
-        if fn in ("min", "max") and len(args) == 1 and not kws:      # of an array: its extremum
+        if fn in ("min", "max", "sum") and len(args) == 1 and not kws:      # of an array: its extremum, sum
             fn = "np." + fn
+        if fn == "sum" and len(args) == 2 and not kws:                     # with a start value
+            return BinOp("+", self.as_atom(self.call("np.sum", args[:1], ())), self.operand(args[1]))
         if fn == "np.clip" and len(args) == 3 and _is_none(args[2]) != _is_none(args[1]):   # one bound
             fn, args = ("np.maximum", args[:2]) if _is_none(args[2]) else ("np.minimum", [args[0], args[2]])
         if fn in _SECOND_KEYWORD and len(args) == 2 and _SECOND_KEYWORD[fn] not in dict(kws):
