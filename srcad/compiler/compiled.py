@@ -49,7 +49,8 @@ class Transformed:
     function writes into (an argument sharing memory with one of them is refused by the caller);
     ``dispatchers`` are the three compiled functions; ``ir`` the IR before target lowering (`IR`);
     ``backend`` the target it was compiled for; ``from_cache`` whether it was loaded from the disk
-    cache instead of generated.
+    cache instead of generated; ``order`` 1 for a function of the user's, n + 1 for one derived
+    (`derived.py`) from a transform of order n.
     """
 
     def __init__(self, name, primal, forward, adjoint, meta, active, backend, output_types=None, ir=None,
@@ -73,6 +74,7 @@ class Transformed:
         self._optional = [tuple(o) for o in meta["optional_outputs"]]   # (output, slot of its flag, ndim, dtype)
         self._pool = []
         self.derived = {}                                   # functions derived from it (`derived.py`)
+        self.order = 1                                      # 1 for the user's function, n + 1 derived from n
 
     @property
     def ir(self):

@@ -75,7 +75,7 @@ def gradient_of(transformed, arg_types, active):
     """The gradient function of `transformed` (arguments: the function's, then one cotangent per output;
     `arg_types` their types, `active` which are differentiated) as a `Transformed` of its own."""
     return _derived(transformed, "gradient", arg_types, active,
-                    lambda: vjp_function(transformed.ir.forward, transformed.ir.adjoint))
+                    lambda: vjp_function(transformed.ir.forward, transformed.ir.adjoint, transformed.order == 1))
 
 
 def _derived(transformed, kind, arg_types, active, function_ir):
@@ -83,8 +83,11 @@ def _derived(transformed, kind, arg_types, active, function_ir):
     argument types and active mask."""
     from .driver import transform_function
 
-    return _once(transformed, (kind, tuple(arg_types), tuple(active)),
-                 lambda: transform_function(function_ir(), arg_types, active, target=transformed.backend.name))
+    def made():
+        derived = transform_function(function_ir(), arg_types, active, target=transformed.backend.name)
+        derived.order = transformed.order + 1
+        return derived
+    return _once(transformed, (kind, tuple(arg_types), tuple(active)), made)
 
 
 def _once(transformed, key, make):

@@ -134,8 +134,8 @@ def _accumulate(program):
 
 
 def _zero_guards(program):
-    """On the code compiled only: the IR kept (`Program.ir`), which may be differentiated again, keeps its
-    guards alone."""
+    """On the code compiled; the IR kept (`Program.ir`) keeps its guards alone, and the gradient function
+    made of it to differentiate again versions them too (`ad/vjp.py`)."""
     version_guarded_stretches(program.adjoint)
     return program
 

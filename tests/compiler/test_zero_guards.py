@@ -1,6 +1,7 @@
 """Zero-cotangent guards paid for only where a cotangent is zero (`opt/zero_guards.py`): a loop body's
 stretch of guarded scalar statements runs unguarded first, and again with its guards from the values
-before it where a nan came out; the IR kept for differentiating again has the guards alone."""
+before it where a nan came out; the IR kept has the guards alone, and the gradient function made of it
+to differentiate again (`ad/vjp.py`) is versioned the same way."""
 import math
 
 import numba
@@ -8,6 +9,7 @@ import pytest
 
 import srcad as ad
 from srcad.compiler import transform
+from srcad.compiler.ad.vjp import vjp_function
 from srcad.compiler.ir.printer import function_text
 from srcad.testing import finite_differences
 
@@ -64,6 +66,25 @@ def test_second_order_differentiates_the_guarded_code():
     h = float(outer.gradient(g, x).numpy())
     expected = finite_differences(lambda a: value_and_grads(a[0], 0.4, 0.3)[0], (0.7,), 0)
     assert h == pytest.approx(float(expected), rel=1e-6)
+
+
+def test_the_gradient_function_differentiated_again_is_the_adjoint_as_compiled():
+    t = transform(zero_weight_times_sqrt, (numba.float64,) * 3 + (numba.int64,), (True, True, True, False))
+    assert "made_nan" in function_text(vjp_function(t.ir.forward, t.ir.adjoint))
+    assert "made_nan" not in function_text(vjp_function(t.ir.forward, t.ir.adjoint, versioned=False))
+
+
+def test_second_order_through_the_guarded_run_has_no_nan():
+    """At y = 0, w = 0 the first-order adjoint's unguarded run makes a nan and runs again guarded: the
+    second order differentiates that run. The loss does not depend on w there (sqrt(0) * w = 0)."""
+    x, w = ad.Variable(0.7), ad.Variable(0.0)
+    with ad.GradientTape() as outer:
+        with ad.GradientTape() as inner:
+            out = F(x, 0.0, w, N)
+        gx = inner.gradient(out, x)
+    hxx, hxw = (float(h.numpy()) for h in outer.gradient(gx, [x, w]))
+    expected = finite_differences(lambda a: value_and_grads(a[0], 0.0, 0.0)[0], (0.7,), 0)
+    assert hxx == pytest.approx(float(expected), rel=1e-6) and hxw == 0.0
 
 
 def skips_when_zero(x, w, n):
