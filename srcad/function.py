@@ -375,7 +375,7 @@ class CompiledSegment:
 
         self._refuse_optional_outputs("gradients")
         outputs = node.outputs
-        cotangents = [g if g is not None else Tensor._wrap(np.zeros(out.shape, out.dtype))
+        cotangents = [g if g is not None or out is None else Tensor._wrap(np.zeros(out.shape, out.dtype))
                       for g, out in zip(out_grads, outputs)]
         lead = batch_shape([np.asarray(_value(c)) for c in cotangents], outputs)
         derived = self._derived("gradient", _derived_ops().gradient_of)
@@ -440,7 +440,8 @@ class CompiledSegment:
 
     def _adjoint_batched(self, node, cotangents, lead):
         """Jacobians send a batch of cotangents (leading axes ``lead``): run the adjoint once per row."""
-        rows = [self._adjoint(node, [c[index] for c in cotangents]) for index in np.ndindex(*lead)]
+        rows = [self._adjoint(node, [None if c is None else c[index] for c in cotangents])
+                for index in np.ndindex(*lead)]
         return [None if rows[0][i] is None else np.stack([r[i] for r in rows]).reshape(lead + np.shape(rows[0][i]))
                 for i in range(len(self.active))]
 
@@ -659,7 +660,7 @@ def _wrap_outputs(out):
 
 
 def _as_scalar(c):
-    return c[()] if c.ndim == 0 else c
+    return c[()] if c is not None and c.ndim == 0 else c
 
 
 def _match(grad, value):

@@ -107,7 +107,10 @@ class Transformed:
 
     def cotangent_of_none(self, k, lead=()):
         """What the adjoint takes as the cotangent of output `k` where it is None (it is not used)."""
-        ndim, dtype = next((ndim, dtype) for j, _, ndim, dtype in self._optional if j == k)
+        found = [(ndim, dtype) for j, _, ndim, dtype in self._optional if j == k]
+        if not found:          # None on every path: it has no cotangent
+            return None
+        ndim, dtype = found[0]
         return np.zeros(tuple(lead) + (0,) * ndim, dtype)
 
     def release(self, saved):

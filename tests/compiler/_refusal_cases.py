@@ -287,3 +287,50 @@ def appends_arrays(x):
     for i in range(3):
         acc.append(x * i)
     return np.sum(np.array(acc))
+
+
+def kept_under_flag(x, keep):
+    """A work array that exists only when `keep` is set, written only under that flag."""
+    out = None
+    if keep:
+        out = np.zeros(x.shape[0])
+    s = 0.0
+    for i in range(x.shape[0]):
+        v = x[i] * x[i]
+        if keep:
+            out[i] = v * s
+        s += v
+    if keep:
+        s += np.sum(out)
+    return s, out
+
+
+def flag_rebound(x, keep):
+    out = None
+    if keep:
+        out = np.zeros(x.shape[0])
+    keep = not keep
+    if keep:
+        out[0] = x[0]
+    return np.sum(x), out
+
+
+def best_so_far(x, n):
+    """`best is None or ...`: the test kept in a name says where `best` holds an array."""
+    best = None
+    s = 0.0
+    for i in range(n):
+        cand = x * (i + 1.0) - x * x * i
+        if best is None or np.sum(cand) > np.sum(best):
+            best = cand
+        s += np.sum(best * best)
+    return s
+
+
+def none_after_the_loop(x, n):
+    y = x * 2.0
+    s = 0.0
+    for i in range(n):
+        s += np.sum(y) * i
+    y = None
+    return x * s, y

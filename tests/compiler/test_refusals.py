@@ -175,6 +175,62 @@ def test_value_that_may_be_none_is_refused_where_it_is_read():
         transform(R.none_then_read, (ARR, numba.int64), (True, False))
 
 
+@pytest.mark.parametrize("keep", [True, False])
+def test_an_array_made_and_written_under_one_flag_is_differentiated(keep):
+    import srcad as ad
+    from srcad.testing import finite_differences
+    x0 = np.array([0.3, 0.7, 1.1])
+    x = ad.Variable(x0)
+    with ad.GradientTape() as tape:
+        s, out = ad.function(R.kept_under_flag)(x, keep)
+    expected_s, expected_out = R.kept_under_flag(x0, keep)
+    assert float(s.numpy()) == pytest.approx(expected_s, rel=1e-14)
+    assert (out is None) == (expected_out is None)
+    if out is not None:
+        np.testing.assert_allclose(out.numpy(), expected_out, rtol=1e-14)
+    np.testing.assert_allclose(tape.gradient(s, x).numpy(),
+                               finite_differences(lambda a: R.kept_under_flag(a[0], keep)[0], (x0,), 0), rtol=1e-6)
+
+
+def test_an_array_read_under_a_flag_bound_anew_is_refused():
+    line = line_of(R.flag_rebound, "out[0] = x[0]")
+    with pytest.raises(TransformError, match=rf"flag_rebound .*line {line}\).*reads `out`, which is None"):
+        transform(R.flag_rebound, (ARR, numba.boolean), (True, False))
+
+
+def test_a_test_kept_in_a_name_says_where_the_value_is_not_none():
+    import srcad as ad
+    from srcad.testing import check_function
+    check_function(ad.function(R.best_so_far), (np.array([0.3, 0.7, 1.1]), 4), (0,))
+
+
+def test_an_output_that_is_none_on_every_path_takes_no_cotangent():
+    import srcad as ad
+    from srcad.testing import finite_differences
+    x0 = np.array([0.3, 0.7, 1.1])
+    x = ad.Variable(x0)
+    with ad.GradientTape(persistent=True) as tape:
+        v, y = ad.function(R.none_after_the_loop)(x, 3)
+        loss = np.sum(v * v)
+    assert y is None
+    np.testing.assert_allclose(tape.gradient(loss, x).numpy(), finite_differences(
+        lambda a: float(np.sum(R.none_after_the_loop(a[0], 3)[0] ** 2)), (x0,), 0), rtol=1e-6)
+    np.testing.assert_allclose(tape.jacobian(v, x).numpy(), np.stack(
+        [finite_differences(lambda a: R.none_after_the_loop(a[0], 3)[0][k], (x0,), 0) for k in range(3)]), rtol=1e-6)
+
+    def gradient(a):
+        with ad.GradientTape() as inner:
+            inner.watch(a)
+            w, _ = ad.function(R.none_after_the_loop)(a, 3)
+            total = np.sum(w * w)
+        return inner.gradient(total, a)
+    with ad.GradientTape() as outer:
+        g = gradient(x)
+    hessian = outer.jacobian(g, x).numpy()
+    np.testing.assert_allclose(hessian, np.stack([finite_differences(lambda a: gradient(ad.constant(a[0])).numpy()[k],
+                                                                     (x0,), 0) for k in range(3)]), rtol=1e-6)
+
+
 def test_value_that_may_be_none_is_returned_as_none_by_a_plain_call():
     import srcad as ad
     f = ad.function(R.none_on_one_path)

@@ -10,6 +10,11 @@ its own, and a test `y is None` reads the flag. Other reads (arithmetic, a
 call, a store) are fine where the name is known not to be None (after a
 binding to a value, under `if y is not None:`); elsewhere they are refused
 with the user's line: srcad cannot differentiate a value that may be None there.
+What is known follows the flow and the flags: a name bound to a value under
+`if flag:` is known again under a later `if flag:` while neither is bound anew
+(`out = None; if keep: out = np.zeros(n)` ... `if keep: out[i] = v`), and a
+test kept in a name (`t = y is None`, `u = not t`, as `or` and `and` make them)
+says where `y` holds a value until either is bound anew.
 
 Runs after activity, on active names only (the others keep their None).
 Stores on `fn.facts["optional"]`: `flags` (name -> its flag) and `outputs`
@@ -20,7 +25,7 @@ from numba.core import types as nt
 from ..errors import problem
 from ..ir import Assign, Compare, Const, For, If, Name, UnaryOp, While
 from ..ir.facts import Activity, OptionalValues
-from ..ir.visit import all_blocks, binding_counts, map_exprs, names_in, reads, rewrite_top_down, walk
+from ..ir.visit import all_blocks, assigned, defines, map_exprs, names_in, reads, rewrite_top_down, walk
 from .types import placeholder
 
 
@@ -67,15 +72,9 @@ def _tests_read_the_flags(fn, flags):
 
 def _refuse_reads_where_none(fn, maybe_none):
     """Refuse a read of a name that may be None (other than a copy into another such name, a test
-    `is None`, a return) where it is not known not to be: known after a binding to a value, and in
-    the branch of `if y is not None:` (or the else of `if y is None:`); branches join, loops iterate."""
-    count = binding_counts(fn.body)
-    tests = {}            # a temporary bound once to `y is not None` (True) or `y is None` (False)
-    for s in walk(fn.body):
-        v = s.value if isinstance(s, Assign) else None
-        if isinstance(v, Compare) and v.op in ("is", "is not") and v.right == Const(None) and \
-                isinstance(v.left, Name) and v.left.id in maybe_none and count[s.target] == 1:
-            tests[s.target] = (v.left.id, v.op == "is not")
+    `is None`, a return) where it is not known not to be: known after a binding to a value, in the
+    branch of `if y is not None:` (or the else of `if y is None:`), and under a flag it was bound under
+    (the facts above); branches join, loops iterate."""
     nones = [s for s in walk(fn.body) if isinstance(s, Assign) and s.target in maybe_none and s.value == Const(None)]
 
     def refuse(s, name):
@@ -93,24 +92,35 @@ def _refuse_reads_where_none(fn, maybe_none):
 
     def stmt(s, known):
         if isinstance(s, If):
-            test = tests.get(s.cond.id) if isinstance(s.cond, Name) else None
-            body = known | {test[0]} if test and test[1] else known
-            orelse = known | {test[0]} if test and not test[1] else known
-            return block(s.body, body) & block(s.orelse, orelse)
+            flag = s.cond.id if isinstance(s.cond, Name) else None
+            body, orelse = known | _implied(known, flag, True), known | _implied(known, flag, False)
+            after_body, after_orelse = block(s.body, body), block(s.orelse, orelse)
+            joined = _join(after_body, after_orelse)
+            if flag is not None and flag not in assigned(s.body) | assigned(s.orelse):
+                joined |= {(n, flag, True) for n in _names(after_body) - after_orelse if n in maybe_none}
+                joined |= {(n, flag, False) for n in _names(after_orelse) - after_body if n in maybe_none}
+            return joined
         if isinstance(s, (For, While)):
-            head = known
+            head = _forget(known, defines(s))
             while True:
                 after = block(s.body, head)
                 if head & after == head:
                     return head
                 head = head & after
-        harmless = isinstance(s, Assign) and (s.value == Const(None) or s.target in tests or (
+        harmless = isinstance(s, Assign) and (s.value == Const(None) or _is_none_test(s.value) or (
             isinstance(s.value, Name) and s.target in maybe_none))
         for name in reads(s) & maybe_none:
             if name not in known and not harmless:
                 refuse(s, name)
-        if isinstance(s, Assign) and s.target in maybe_none:
-            v = s.value
+        known = _forget(known, defines(s))
+        if not isinstance(s, Assign):
+            return known
+        v = s.value
+        if _is_none_test(v) and isinstance(v.left, Name) and v.left.id in maybe_none:
+            return known | {(v.left.id, s.target, v.op == "is not")}
+        if isinstance(v, UnaryOp) and v.op == "not" and isinstance(v.operand, Name):
+            return known | {(n, s.target, not p) for n, f, p in _facts(known) if f == v.operand.id}
+        if s.target in maybe_none:
             none = v == Const(None) or (isinstance(v, Name) and v.id in maybe_none and v.id not in known)
             return known - {s.target} if none else known | {s.target}
         return known
@@ -121,6 +131,37 @@ def _refuse_reads_where_none(fn, maybe_none):
             raise problem(nones[0].origin, f"`{fn.names.user(nones[0].target)}` may be None "
                                            f"(`{nones[0].origin.text}`) and is returned indexed: srcad cannot "
                                            f"differentiate that", "test it first, or return it as it is")
+
+
+# What is known of names that may be None, at a point: a name (it holds a value), or a fact (name, flag,
+# polarity): it holds a value wherever `flag` is `polarity`.
+
+def _is_none_test(e):
+    return isinstance(e, Compare) and e.op in ("is", "is not") and e.right == Const(None)
+
+
+def _facts(known):
+    return [k for k in known if isinstance(k, tuple)]
+
+
+def _names(known):
+    return {k for k in known if not isinstance(k, tuple)}
+
+
+def _implied(known, flag, polarity):
+    """The names known to hold a value in the branch of `if flag:` taken where it is `polarity`."""
+    return {n for n, f, p in _facts(known) if f == flag and p == polarity}
+
+
+def _forget(known, bound):
+    """`known` once the names `bound` are bound anew: facts about them, or tested by them, are gone."""
+    return frozenset(k for k in known if not (isinstance(k, tuple) and bound & {k[0], k[1]}))
+
+
+def _join(a, b):
+    """What is known after two paths meet: what both know, and a fact one knows about a name the other
+    knows outright."""
+    return (a & b) | {k for k in _facts(a) if k[0] in b} | {k for k in _facts(b) if k[0] in a}
 
 
 def _with_flag(fn, s, flags):
