@@ -1,4 +1,5 @@
 """Functions the compiler must refuse (used by test_refusals.py)."""
+import collections
 import contextlib
 import math
 
@@ -334,3 +335,17 @@ def none_after_the_loop(x, n):
         s += np.sum(y) * i
     y = None
     return x * s, y
+
+
+Pair = collections.namedtuple("Pair", ["first", "second"])
+
+
+def reads_a_missing_field(x):
+    p = Pair(x, 2.0 * x)
+    return p.third
+
+
+def named_tuple_rebound(x):
+    p = Pair(x, x)
+    p = (x, 2.0 * x)
+    return p[0]

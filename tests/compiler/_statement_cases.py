@@ -4,6 +4,9 @@ input validation with raise / assert, loops over arrays, enumerate and zip, loop
 
 Plain functions (helpers as Numba code has them: @numba.njit), so that a test compiles each with `ad.function` and with
 `numba.njit` and compares both with Python."""
+import collections
+import typing
+
 import numba
 import numpy as np
 
@@ -413,3 +416,35 @@ def mixed_list(x):
     for i in range(x.shape[0]):
         acc.append(0.5 * x[i])
     return np.sum(np.array(acc))
+
+
+OscillatorState = collections.namedtuple("OscillatorState", ["pos", "vel", "damping"], defaults=[0.1])
+
+
+class Spring(typing.NamedTuple):
+    k: float
+    c: float = 0.5
+
+
+@numba.njit
+def _oscillator_step(s, p, dt):
+    acc = -p.k * s.pos - p.c * s.vel - s.damping * s.vel
+    return OscillatorState(s.pos + dt * s.vel, s.vel + dt * acc, s.damping)
+
+
+def damped_spring(x0, v0, k, n):
+    """Named tuples as small records: made by position and by keyword, handed to and returned by a helper,
+    read by field, by index and unpacked."""
+    p = Spring(k, 0.5)
+    s = OscillatorState(x0, vel=v0, damping=0.1)
+    for i in range(n):
+        s = _oscillator_step(s, p, 0.01)
+    pos, vel, _ = s
+    return pos * pos + s.vel * s[1] + p[0] * vel
+
+
+def spring_defaults(x):
+    """Fields left out take the named tuple's defaults (Numba itself does not fill them in)."""
+    p = Spring(x)
+    s = OscillatorState(x, x * 2.0)
+    return p.k * p.c + s.damping * s.vel

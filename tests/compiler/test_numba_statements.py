@@ -69,12 +69,14 @@ CASES = [
     ("list_of_integers_past_its_storage", S.gaps_between_crossings, (rng.uniform(0.0, 1.0, 60),
                                                                      np.array([1, 0, 2], dtype=np.int64)), (0,)),
     ("list_comprehensions_of_any_length", S.selected_energies, (rng.uniform(0.0, 2.0, 12), 0.9), (0, 1)),
+    ("named_tuples", S.damped_spring, (1.0, 0.5, 2.0, 30), (0, 1, 2)),
+    ("named_tuple_defaults", S.spring_defaults, (1.3,), (0,)),
 ]
 IDS = [c[0] for c in CASES]
 # np.cross has no derivative rule yet: `projected` is checked in the primal only
 NO_RULE = {"list_arguments"}
 # plain Python that Numba does not take: a function as a default value, a closure passed to a dispatcher
-NOT_NUMBA = {"function_as_default_value", "nested_function_passed_to_helper"}
+NOT_NUMBA = {"function_as_default_value", "nested_function_passed_to_helper", "named_tuple_defaults"}
 
 
 @pytest.mark.parametrize("name,fn,args,active", CASES, ids=IDS)
@@ -96,7 +98,7 @@ SECOND = ["raise_not_taken", "raise_in_loop_else", "assert_holds", "for_over_row
           "zip_of_range_enumerate_xrange", "for_else_break", "while_else_break", "nested_for_else",
           "in_tuple_in_helper", "list_literals", "keyword_arguments", "functions_passed_to_a_helper",
           "distance_function_to_dp_kernel", "nested_functions", "nested_function_passed_to_helper",
-          "list_comprehensions", "list_comprehensions_of_any_length", "list_grown_by_append", "list_past_its_first_storage", "list_of_indices"]
+          "list_comprehensions", "list_comprehensions_of_any_length", "named_tuples", "list_grown_by_append", "list_past_its_first_storage", "list_of_indices"]
 
 
 @pytest.mark.parametrize("name", corpus.sweep(SECOND, every=3))

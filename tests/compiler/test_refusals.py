@@ -44,6 +44,8 @@ REFUSALS = [
     (R.empty_list, (ARR,), "an empty list used as a value", "len([])"),
     (R.global_array, (ARR,), "module-level array `TABLE` of dtype object", "TABLE"),
     (R.appends_arrays, (ARR,), "a list of arrays (or of other items than numbers), `acc`", "acc.append"),
+    (R.reads_a_missing_field, (F64,), "field `third` of a named tuple with fields first, second", "p.third"),
+    (R.named_tuple_rebound, (F64,), "`p` bound to a named tuple and to another tuple", "p = (x"),
 ]
 
 

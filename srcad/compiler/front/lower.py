@@ -119,6 +119,7 @@ class _Context:
         self.loaded = {}
         self.sites = {}              # helper name -> number of call sites inlined so far
         self.tuples = {}             # local bound to a tuple -> the names of its elements
+        self.records = {}            # a tuple made by a named tuple class (its items' names) -> its fields
         self.lists = {}              # local bound to a list grown by append -> (its items, its length)
         self.list_storage = {}       # items of a list -> the statements allocating them (`new_list`)
         self.list_dtype = {}         # items of a list -> np.int64 once an integer is appended first
@@ -133,6 +134,11 @@ class _Context:
             self.infos.append(info)
             self.names.used |= all_names(info.tree)
         return self.loaded[pyfunc]
+
+
+def _is_named_tuple(value):
+    """Is `value` a named tuple class (`collections.namedtuple`, `typing.NamedTuple`)?"""
+    return isinstance(value, type) and issubclass(value, tuple) and hasattr(value, "_fields")
 
 
 class _Renamed(ast.NodeTransformer):
@@ -479,6 +485,12 @@ class _Lowerer:
         elems = self.ctx.tuples.setdefault(local, [self.fresh(f"{local}_{k}") for k in range(len(value.items))])
         if len(elems) != len(value.items):
             raise self.err(node, f"`{local}` bound to tuples of different lengths", "keep one length per name")
+        bound, fields = Tuple(tuple(Name(e) for e in elems)), self.ctx.records.get(value)
+        if fields is not None:
+            self.ctx.records.setdefault(bound, fields)
+        if self.ctx.records.get(bound) != fields:
+            raise self.err(node, f"`{local}` bound to a named tuple and to another tuple",
+                           "use a different name for each")
         for e, v in zip(elems, value.items):
             if isinstance(v, Tuple):
                 raise self.err(node, "a tuple nested in a tuple", "unpack the inner tuple first")
@@ -1084,6 +1096,33 @@ class _Lowerer:
                 self.subst[name] = shadowed
         return Call("np.stack" if rows else "np.array", (Tuple(tuple(elems)),))
 
+    def record(self, cls, node):
+        """`Point(a, y=b)` of a named tuple class: the tuple of its fields' values (defaults filled in), each
+        bound to a name of its own, and known by its fields (`ctx.records`), so that `p.y` reads an item."""
+        fields = cls._fields
+        given = dict(zip(fields, node.args))
+        if len(node.args) > len(fields):
+            raise self.err(node, f"{cls.__name__}(...) with {len(node.args)} values for {len(fields)} fields",
+                           "give each field once")
+        for k in node.keywords:
+            if k.arg not in fields or k.arg in given:
+                raise self.err(node, f"{cls.__name__}(...) with the keyword `{k.arg}`", "give each field once, "
+                               f"by position or by name: {', '.join(fields)}")
+            given[k.arg] = k.value
+        missing = [f for f in fields if f not in given and f not in cls._field_defaults]
+        if missing:
+            raise self.err(node, f"{cls.__name__}(...) without its field `{missing[0]}`", "give every field "
+                           "that has no default")
+        items = []
+        for f in fields:
+            value = self.expr(given[f]) if f in given else self.constant(node, cls._field_defaults[f])
+            if isinstance(value, Tuple):
+                raise self.err(node, "a tuple nested in a named tuple", "give its fields numbers or arrays")
+            items.append(self.temp(value, f))
+        made = Tuple(tuple(items))
+        self.ctx.records[made] = fields
+        return made
+
     def comprehension_list(self, node, acc=None):
         """`[e for v in seq if c]` over any sequence a `for` takes: the list grown by append it makes,
         `acc = []; for v in seq: if c: acc.append(e)`, as an array (or, given `acc`, bound to that local
@@ -1297,7 +1336,16 @@ class _Lowerer:
             return self.constant(node, value)
         if path is not None:
             raise self.err(node, f"`{path}` used as a value", "call it, or use it as a dtype")
-        base = self.named(self.atom(node.value))        # of a name, or of any array expression
+        value = self.expr(node.value)
+        fields = self.ctx.records.get(value) if isinstance(value, Tuple) else None
+        if fields is not None:                          # a field of a named tuple made here
+            if node.attr not in fields:
+                raise self.err(node, f"field `{node.attr}` of a named tuple with fields {', '.join(fields)}",
+                               "read one of its fields")
+            return value.items[fields.index(node.attr)]
+        if isinstance(value, Tuple):
+            raise self.err(node, "tuple used as a value", "unpack it: a, b = ...")
+        base = self.named(self.as_atom(value))          # of a name, or of any array expression
         if node.attr == "T":
             return Call("np.transpose", (base,))
         if node.attr in ("real", "imag"):               # of a float too (Numba's np.real / np.imag)
@@ -1322,6 +1370,8 @@ class _Lowerer:
                 return self.call(kind[1], node.args, kws)
             if kind[0] == "builtin" and kind[1] in _BUILTINS:
                 return self.call(kind[1], node.args, kws)
+            if kind[0] == "unknown" and _is_named_tuple(kind[1]):
+                return self.record(kind[1], node)
             if kind[0] == "builtin" and kind[1] == "range":
                 raise self.err(node, "range() outside a for loop", "use range only as `for i in range(...)`")
             raise self.err(node, f"call to `{f.id}`", "call math/NumPy functions, builtins abs/min/max/"
