@@ -361,6 +361,33 @@ def test_nan_reductions_and_median(n):
     check(statistics, (x,), (0,))
 
 
+def written_as_others(A, v, idx):
+    """NumPy functions srcad writes as others: ptp, ediff1d, take (an index array and one index), nancumsum
+    (with a missing value), vstack of vectors and of matrices."""
+    w = v.copy()
+    w[2] = np.nan
+    rows = np.vstack((v, v * 2.0, v[::-1]))
+    blocks = np.vstack((A[:2], A[1:]))
+    return (np.ptp(A) * np.ptp(v) + np.sum(np.ediff1d(A) ** 2) + np.sum(np.take(A, idx) * 1.5)
+            + np.take(v, 1) + np.sum(np.nancumsum(w) * v) + np.sum(rows * rows[::-1]) + np.sum(blocks[1:] * blocks[:-1]))
+
+
+def nan_product(v):
+    w = v.copy()
+    w[1] = np.nan
+    return np.nanprod(w) * v[0]
+
+
+def test_functions_written_as_others():
+    A = rng.normal(size=(3, 4))
+    v = rng.uniform(0.5, 1.5, 4)
+    args = (A, v, np.array([0, 5, 11, 5]))
+    check(written_as_others, args, (0, 1))
+    check(nan_product, (v,), (0,), second=False)     # np.prod has no second-order rule yet (srcad.prod_slopes)
+    for fn, a in ((written_as_others, args), (nan_product, (v,))):
+        np.testing.assert_allclose(ad.function(fn)(*a).numpy(), numba.njit(fn)(*a), rtol=1e-12)
+
+
 def flips(A, v):
     return np.sum(np.flip(v) * v) + np.sum(np.fliplr(A) * np.flipud(A)) + np.sum(np.mod(v, 0.7) * v)
 
@@ -461,12 +488,15 @@ def _canonical(name):
 
 
 def test_every_function_of_numbas_list_has_a_rule_or_a_reason():
-    """Each is differentiated (a rule), never carries a derivative (NONDIFF), or is refused with a reason
-    when a gradient flows through it (NOT_DIFFERENTIATED): one decision each."""
+    """Each is differentiated (a rule, or written as functions that have one), never carries a derivative
+    (NONDIFF), or is refused with a reason when a gradient flows through it (NOT_DIFFERENTIATED): one decision
+    each."""
     from srcad.compiler.ad.rules import ARRAY_RULES, ELEMENTWISE, JOINS, NONDIFF, NOT_DIFFERENTIATED
+    from srcad.compiler.front.lower import WRITTEN_AS
     for name in NUMBA_NUMPY:
         fn = _canonical(name)
-        decisions = [fn in ELEMENTWISE or fn in ARRAY_RULES or fn in JOINS, fn in NONDIFF, fn in NOT_DIFFERENTIATED]
+        decisions = [fn in ELEMENTWISE or fn in ARRAY_RULES or fn in JOINS or fn in WRITTEN_AS, fn in NONDIFF,
+                     fn in NOT_DIFFERENTIATED]
         assert sum(decisions) == 1, (name, fn, decisions)
 
 

@@ -189,22 +189,20 @@ NONDIFF = frozenset("""
 """.split())
 
 # Functions of Numba's NumPy support that srcad compiles but does not differentiate, and why: a gradient
-# that flows through one is refused naming it and the reason (every other function of that list has a rule
-# or is in NONDIFF; tests/compiler/test_numba_values.py checks the list, docs/subset.md lists them).
+# that flows through one is refused naming it and the reason (every other function of that list has a rule,
+# is in NONDIFF or is written as functions that have one, `front/lower.py` WRITTEN_AS;
+# tests/compiler/test_numba_values.py checks the list, docs/subset.md lists them).
 NOT_DIFFERENTIATED = {name: reason for names, reason in (
-    ("np.cumprod np.nancumprod np.nanprod np.nancumsum", "no rule yet; write the product or sum as a loop"),
+    ("np.cumprod np.nancumprod", "no rule yet; write the product as a loop"),
     ("np.percentile np.nanpercentile np.quantile np.nanquantile",
      "no rule yet; sort with np.sort (differentiated) and interpolate between neighbours"),
-    ("np.ptp", "no rule yet; write np.max(x) - np.min(x)"),
     ("np.convolve np.correlate np.kron np.vander np.interp np.cov np.corrcoef",
      "no rule yet; write it as loops over the arrays"),
-    ("np.hstack np.vstack np.dstack np.column_stack", "no rule yet; use np.concatenate or np.stack"),
-    ("np.ediff1d", "no rule yet; use np.diff"),
+    ("np.hstack np.dstack np.column_stack", "no rule yet; use np.concatenate or np.stack"),
     ("srcad.rule_vjp", "forward mode (a tangent, ad.jvp, ad.hvp, a forward-mode jacobian) through a function "
      "with a custom VJP (defvjp) is not supported: give it a forward rule with defjvp"),
     ("srcad.rule_curvature", "a derivative of third order through a function with a custom rule (defjvp) is not "
      "supported: its first and second derivatives are exact, not its third"),
-    ("np.take", "no rule yet; index with an array, x[idx], which is differentiated"),
     ("np.partition np.unique np.histogram np.bincount np.roots np.fill_diagonal",
      "its result is not a smooth function of its argument, or no rule yet; write it as a loop"),
     ("np.linalg.cholesky np.linalg.eig np.linalg.eigh np.linalg.eigvals np.linalg.eigvalsh np.linalg.svd "

@@ -50,6 +50,10 @@ _BUILTINS = {"abs", "min", "max", "float", "int", "len", "round", "bool", "sum"}
 _UNROLLED = 64         # the longest list comprehension written out as a list literal
 # NumPy functions Numba lacks, which srcad's runtime supplies to compiled code
 _SUPPLIED = {"np.tile": "srcad.tile"}
+# NumPy functions without a derivative rule of their own, written as functions that have one (the method
+# of `_Lowerer` that writes the call; it gives None for a form it does not take, which stays as it is)
+WRITTEN_AS = {"np.ptp": "peak_to_peak", "np.ediff1d": "differences_of_flat", "np.take": "taken",
+              "np.nancumsum": "nancumsum", "np.nanprod": "nanprod", "np.vstack": "stacked_rows"}
 # parameters passed by keyword that derivative rules read by position, and their defaults
 _POSITIONAL = {"np.full": ("shape", "fill_value"), "np.full_like": ("a", "fill_value"),
                "np.linspace": ("start", "stop", "num")}
@@ -1096,6 +1100,50 @@ class _Lowerer:
                 self.subst[name] = shadowed
         return Call("np.stack" if rows else "np.array", (Tuple(tuple(elems)),))
 
+    # ---- NumPy functions written as others that have derivative rules (`WRITTEN_AS`) ---------------------
+    def peak_to_peak(self, args, kws):
+        """`np.ptp(x)`: max minus min (Numba takes no axis)."""
+        if len(args) != 1 or kws:
+            return None
+        x = self.atom(args[0])
+        return BinOp("-", self.temp(Call("np.max", (x,))), self.temp(Call("np.min", (x,))))
+
+    def differences_of_flat(self, args, kws):
+        """`np.ediff1d(x)`: the differences of the flattened array."""
+        if len(args) != 1 or kws:
+            return None
+        return Call("np.diff", (self.temp(Call("np.ravel", (self.atom(args[0]),))),))
+
+    def taken(self, args, kws):
+        """`np.take(x, idx)`: the flattened array indexed by `idx` (an index or an array of them)."""
+        if len(args) != 2 or kws:
+            return None
+        flat = self.temp(Call("np.ravel", (self.atom(args[0]),)))
+        return Subscript(flat, (self.atom(args[1]),))
+
+    def nan_as(self, neutral, then):
+        """`np.nancumsum(x)`, `np.nanprod(x)`: `then` of x with its nans replaced by `neutral`."""
+        def written(args, kws):
+            if len(args) != 1 or kws:
+                return None
+            x = self.atom(args[0])
+            kept = self.temp(Call("np.where", (self.temp(Call("np.isnan", (x,))), Const(neutral), x)))
+            return Call(then, (kept,))
+        return written
+
+    def nancumsum(self, args, kws):
+        return self.nan_as(0.0, "np.cumsum")(args, kws)
+
+    def nanprod(self, args, kws):
+        return self.nan_as(1.0, "np.prod")(args, kws)
+
+    def stacked_rows(self, args, kws):
+        """`np.vstack((a, b, ...))`: the arrays as rows of at least 2 dimensions, joined along the first."""
+        if len(args) != 1 or kws or not isinstance(args[0], (ast.Tuple, ast.List)):
+            return None
+        rows = tuple(self.temp(Call("np.atleast_2d", (self.atom(e),))) for e in args[0].elts)
+        return Call("np.concatenate", (Tuple(rows),), (("axis", Const(0)),))
+
     def record(self, cls, node):
         """`Point(a, y=b)` of a named tuple class: the tuple of its fields' values (defaults filled in), each
         bound to a name of its own, and known by its fields (`ctx.records`), so that `p.y` reads an item."""
@@ -1405,6 +1453,10 @@ class _Lowerer:
         """A call of a known function; n-ary min/max become nested binary ones (Python's tie rule: the
         first of equal values wins, as the rule for `max(a, b)` assumes)."""
         fn = _SUPPLIED.get(fn, fn)
+        if fn in WRITTEN_AS:
+            written = getattr(self, WRITTEN_AS[fn])(args, kws)
+            if written is not None:
+                return written
         if fn == "len" and len(args) == 1 and self.list_of(args[0]) is not None:
             return Name(self.list_of(args[0])[1])
         if fn in ("np.array", "np.asarray") and len(args) == 1 and self.list_of(args[0]) is not None:
