@@ -16,6 +16,7 @@ from numba.np.ufunc.parallel import _iget_num_threads
 # What generated code imports from here, by these names (user names that collide are renamed).
 EXPORTS = ("add_at", "check_index", "check_loop_index", "cotangent_times", "diag_like", "fail", "finite_or_zero",
            "frozen_array", "grow", "last_written", "log_or_zero", "median_slopes", "power_slope", "prod_slopes",
+           "prod_slopes_times",
            "list_index", "list_room", "reciprocal_or_zero", "rule_block", "rule_cotangents", "rule_curvature", "rule_midpoint", "rule_slope",
            "rule_step", "rule_vjp",
            "shape_differs", "stop_gradient", "sum_into", "thread_count", "tile", "tile_like", "trip_count",
@@ -148,6 +149,26 @@ def prod_slopes(x):
     for i in range(n - 1, -1, -1):  # ...times those after it
         out[i] *= after
         after *= flat[i]
+    return out.reshape(x.shape)
+
+
+@_helper
+def prod_slopes_times(x, v):
+    """The derivative of `prod_slopes(x)` (symmetric: entry (i, j) the product of all entries but i and j, 0 on
+    the diagonal) times `v`, of x's shape: the gradient of S = sum_j v_j prod_{k != j} x_k, from the scan
+    Q_t = Q_{t-1} x_t + v_t P_{t-1}, P_t = P_{t-1} x_t run backwards. Exact where entries are zero."""
+    flat, w = x.ravel(), v.ravel()
+    n = flat.shape[0]
+    P, Q = np.empty(n + 1), np.empty(n + 1)
+    P[0], Q[0] = 1.0, 0.0
+    for t in range(n):
+        Q[t + 1] = Q[t] * flat[t] + w[t] * P[t]
+        P[t + 1] = P[t] * flat[t]
+    out = np.empty(n, flat.dtype)
+    bQ, bP = 1.0, 0.0
+    for t in range(n - 1, -1, -1):
+        out[t] = bQ * Q[t] + bP * P[t]
+        bQ, bP = bQ * flat[t], bQ * w[t] + bP * flat[t]
     return out.reshape(x.shape)
 
 

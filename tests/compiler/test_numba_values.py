@@ -378,12 +378,21 @@ def nan_product(v):
     return np.nanprod(w) * v[0]
 
 
+def products(x):
+    """np.prod, with a zero entry too: its second derivative is exact there (srcad.prod_slopes_times)."""
+    y = x.copy()
+    y[2] = 0.0
+    return np.prod(x) * x[0] + np.prod(y) + np.prod(x[:3] ** 2)
+
+
 def test_functions_written_as_others():
     A = rng.normal(size=(3, 4))
     v = rng.uniform(0.5, 1.5, 4)
     args = (A, v, np.array([0, 5, 11, 5]))
     check(written_as_others, args, (0, 1))
-    check(nan_product, (v,), (0,), second=False)     # np.prod has no second-order rule yet (srcad.prod_slopes)
+    check(nan_product, (v,), (0,), second=False)
+    second_order_check(nan_product, (v,), (True,))
+    second_order_check(products, (v,), (True,))
     for fn, a in ((written_as_others, args), (nan_product, (v,))):
         np.testing.assert_allclose(ad.function(fn)(*a).numpy(), numba.njit(fn)(*a), rtol=1e-12)
 

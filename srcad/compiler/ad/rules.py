@@ -520,6 +520,8 @@ ARRAY_RULES = {
     "np.prod": ArrayRule(lambda args, dargs, ranks, axis: None if axis is not None else
                          np_.sum(dargs[0] * srcad.prod_slopes(args[0])),
                          (_whole(lambda args, g, ranks: (g * srcad.prod_slopes(args[0]), "exact")),)),
+    "srcad.prod_slopes": ArrayRule(lambda args, dargs, ranks, axis: srcad.prod_slopes_times(args[0], dargs[0]),
+                                   (lambda args, g, ranks, axis: (srcad.prod_slopes_times(args[0], g), "exact"),)),
     "np.var": ArrayRule(lambda args, dargs, ranks, axis: None if axis is not None else
                         2.0 * np_.mean(_centered(args) * dargs[0]),
                         (_whole(lambda args, g, ranks: (g * 2.0 * _centered(args) / np_.size(args[0]), "exact")),)),
