@@ -1121,21 +1121,19 @@ class _Lowerer:
         flat = self.temp(Call("np.ravel", (self.atom(args[0]),)))
         return Subscript(flat, (self.atom(args[1]),))
 
-    def nan_as(self, neutral, then):
-        """`np.nancumsum(x)`, `np.nanprod(x)`: `then` of x with its nans replaced by `neutral`."""
-        def written(args, kws):
-            if len(args) != 1 or kws:
-                return None
-            x = self.atom(args[0])
-            kept = self.temp(Call("np.where", (self.temp(Call("np.isnan", (x,))), Const(neutral), x)))
-            return Call(then, (kept,))
-        return written
-
     def nancumsum(self, args, kws):
-        return self.nan_as(0.0, "np.cumsum")(args, kws)
+        return self.nans_as(0.0, "np.cumsum", args, kws)
 
     def nanprod(self, args, kws):
-        return self.nan_as(1.0, "np.prod")(args, kws)
+        return self.nans_as(1.0, "np.prod", args, kws)
+
+    def nans_as(self, neutral, then, args, kws):
+        """`np.nancumsum(x)`, `np.nanprod(x)`: `then` of x with its NaNs replaced by `neutral`."""
+        if len(args) != 1 or kws:
+            return None
+        x = self.atom(args[0])
+        kept = self.temp(Call("np.where", (self.temp(Call("np.isnan", (x,))), Const(neutral), x)))
+        return Call(then, (kept,))
 
     def stacked_rows(self, args, kws):
         """`np.vstack((a, b, ...))`: the arrays as rows of at least 2 dimensions, joined along the first."""
