@@ -378,7 +378,11 @@ class CompiledSegment:
         cotangents = [g if g is not None or out is None else Tensor._wrap(np.zeros(out.shape, out.dtype))
                       for g, out in zip(out_grads, outputs)]
         lead = batch_shape([np.asarray(_value(c)) for c in cotangents], outputs)
-        derived = self._derived("gradient", _derived_ops().gradient_of)
+        tapes = recording_tapes()
+        watching = sum(any(needs_gradient(x, [t]) for x in (*node.inputs, *out_grads)) for t in tapes)
+        versioned = watching <= 1       # second order: worth its compile time; beyond, compiled at every order
+        derived = self._derived("gradient", lambda transformed, types, active: _derived_ops().gradient_of(
+            transformed, types, active, versioned), versioned)
         inputs = self._recorded_inputs(node, self._inputs_as_called(node))
         if not lead:
             rows = [_as_tuple(derived(*inputs, *cotangents))]
@@ -397,9 +401,9 @@ class CompiledSegment:
             k += 1
         return grads
 
-    def _derived(self, kind, make):
-        """The `DerivedFunction` of `kind` for this segment's transform (one per transform)."""
-        key = ("called", kind)
+    def _derived(self, kind, make, variant=None):
+        """The `DerivedFunction` of `kind` (and `variant`) for this segment's transform (one per transform)."""
+        key = ("called", kind, variant)
         made = self.transformed.derived.get(key)
         if made is None:
             made = self.transformed.derived[key] = DerivedFunction(

@@ -71,11 +71,14 @@ def tangent_transform(transformed, arg_types, active):
     return _derived(transformed, "tangent", arg_types, active, lambda: tangent_function(transformed))
 
 
-def gradient_of(transformed, arg_types, active):
+def gradient_of(transformed, arg_types, active, versioned=True):
     """The gradient function of `transformed` (arguments: the function's, then one cotangent per output;
-    `arg_types` their types, `active` which are differentiated) as a `Transformed` of its own."""
-    return _derived(transformed, "gradient", arg_types, active,
-                    lambda: vjp_function(transformed.ir.forward, transformed.ir.adjoint, transformed.order == 1))
+    `arg_types` their types, `active` which are differentiated) as a `Transformed` of its own. `versioned`:
+    made of the adjoint as compiled, its guarded stretches versioned (`ad/vjp.py`), where `transformed` is
+    the user's function: faster second derivatives, for more code to compile at every order above."""
+    versioned = versioned and transformed.order == 1
+    return _derived(transformed, ("gradient", versioned), arg_types, active,
+                    lambda: vjp_function(transformed.ir.forward, transformed.ir.adjoint, versioned))
 
 
 def _derived(transformed, kind, arg_types, active, function_ir):

@@ -87,6 +87,35 @@ def test_second_order_through_the_guarded_run_has_no_nan():
     assert hxx == pytest.approx(float(expected), rel=1e-6) and hxw == 0.0
 
 
+def test_versioned_where_one_tape_differentiates_the_gradient_as_it_is_where_more_do():
+    """Versions pay at second order; a gradient function that two tapes differentiate (third order) is made of
+    the adjoint as it is, so that every order above compiles less."""
+    f = ad.function(zero_weight_times_sqrt)
+
+    def second_at(a):
+        v = ad.Variable(a)
+        with ad.GradientTape() as outer:
+            with ad.GradientTape() as inner:
+                out = f(v, 0.4, 0.3, N)
+            g = inner.gradient(out, v)
+        return float(outer.gradient(g, v).numpy())
+    second = second_at(0.7)
+    x = ad.Variable(0.7)
+    with ad.GradientTape() as t3:
+        with ad.GradientTape() as t2:
+            with ad.GradientTape() as t1:
+                out = f(x, 0.4, 0.3, N)
+            g = t1.gradient(out, x)
+        gg = t2.gradient(g, x)
+    assert float(gg.numpy()) == pytest.approx(second, rel=1e-12)
+    third = float(t3.gradient(gg, x).numpy())
+    expected = finite_differences(lambda a: value_and_grads(a[0], 0.4, 0.3)[0], (0.7,), 0)
+    assert second == pytest.approx(float(expected), rel=1e-6)
+    assert third == pytest.approx(float(finite_differences(lambda a: second_at(float(a[0])), (0.7,), 0)), rel=1e-5)
+    made = {k[2] for t in f._transforms.values() for k in t.derived if k[:2] == ("called", "gradient")}
+    assert made == {True, False}
+
+
 def skips_when_zero(x, w, n):
     """A user's own test of `!= 0.0` in a loop whose iterations the adjoint runs again: not a guard, kept
     in the unguarded run too."""

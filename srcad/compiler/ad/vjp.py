@@ -12,8 +12,9 @@ zero-cotangent guards versioned (`opt/zero_guards.py`): differentiated again,
 the run without guards is one branch, where each guard would be a branch of its
 own and a flag saved per statement and iteration (a Hessian of an RK4 loop: 18x
 the primal instead of 21x). Beyond second order the versions would double the
-code at every order, for little: the gradient of a gradient function is made of
-its adjoint as it is.
+code compiled at every order, for little: the gradient of a gradient function,
+and a gradient function that more than one tape differentiates (a third
+derivative on the way), are made of the adjoint as it is (`derived.gradient_of`).
 """
 from ..ir import Function
 from ..ir.facts import Bounds, Facts, Lowered, Reverse
