@@ -203,7 +203,9 @@ def test_an_array_read_under_a_flag_bound_anew_is_refused():
 def test_a_test_kept_in_a_name_says_where_the_value_is_not_none():
     import srcad as ad
     from srcad.testing import check_function
+    from test_ir import second_order_check
     check_function(ad.function(R.best_so_far), (np.array([0.3, 0.7, 1.1]), 4), (0,))
+    second_order_check(R.best_so_far, (np.array([0.3, 0.7, 1.1]), 4), (True, False))
 
 
 def test_an_output_that_is_none_on_every_path_takes_no_cotangent():

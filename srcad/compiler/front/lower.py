@@ -466,8 +466,8 @@ class _Lowerer:
         if isinstance(target, ast.Name) and isinstance(s.value, ast.List) and not s.value.elts:
             self.new_list(self.local(target.id))
             return
-        if isinstance(target, ast.Name) and isinstance(s.value, ast.ListComp) and not self.is_unrolled(s.value) \
-                and not isinstance(s.value.elt, (ast.List, ast.ListComp)):
+        if isinstance(target, ast.Name) and isinstance(s.value, ast.ListComp) and \
+                self.unrolled_items(s.value) is None and not isinstance(s.value.elt, (ast.List, ast.ListComp)):
             self.comprehension_list(s.value, self.local(target.id))
             return
         if isinstance(target, ast.Name) and self.local(target.id) in self.ctx.lists:
@@ -1080,14 +1080,13 @@ class _Lowerer:
         or list of numbers): written out as the list literal it makes, which np.array then types as
         Numba types the list. Over any other sequence: the list it grows by append (`comprehension_list`)."""
         rows = isinstance(node.elt, (ast.List, ast.ListComp))      # a list of lists: np.array stacks them
-        if not self.is_unrolled(node):
+        items = self.unrolled_items(node)
+        if items is None:
             if rows:
                 raise self.err(node, "a list comprehension of lists over a sequence that is not made of "
                                "constants", "allocate the 2-d array, np.empty((n, m)), and fill it in a for loop")
             return self.comprehension_list(node)
-        gen = node.generators[0]
-        name, elems = gen.target.id, []
-        items = self.constant_items(gen.iter)
+        name, elems = node.generators[0].target.id, []
         shadowed = self.subst.get(name)
         try:
             for v in items:
@@ -1200,12 +1199,13 @@ class _Lowerer:
         self.at(node)
         return self.list_value(self.ctx.lists[acc], acc) if as_value else None
 
-    def is_unrolled(self, node):
-        """Is the list comprehension `node` written out as a list literal (over constants)?"""
+    def unrolled_items(self, node):
+        """The values the loop name of the list comprehension `node` takes where it is written out as a list
+        literal (one loop over constants, no `if`), else None."""
         gen = node.generators[0]
         items = self.constant_items(gen.iter) if len(node.generators) == 1 and not gen.ifs and \
             isinstance(gen.target, ast.Name) else None
-        return items is not None and len(items) <= _UNROLLED
+        return items if items is not None and len(items) <= _UNROLLED else None
 
     def constant_items(self, node):
         """The values of a sequence made of constants only (range of constants, tuple or list of

@@ -79,21 +79,26 @@ def _scalar_only(fn, stmts):
     branch, and they bind adjoint names, which the adjoint binds on entry: so what the stretch reads
     first is bound before it, and can be kept for its second run.)"""
     for s in walk(stmts):
-        target = s.target if isinstance(s, Assign) else s.target.id if isinstance(s, Accumulate) and \
-            isinstance(s.target, Name) else None
+        target = _bound_name(s)
         if target is None or not isinstance(fn.types.get(target), (nt.Number, nt.Boolean)):
             return False
     return True
 
 
+def _bound_name(s):
+    """The name `s` binds or adds into (an Assign, an Accumulate into a name), else None."""
+    if isinstance(s, Assign):
+        return s.target
+    return s.target.id if isinstance(s, Accumulate) and isinstance(s.target, Name) else None
+
+
 def _two_versions(fn, stretch, guards):
     """The stretch unguarded, then again guarded from the values before it where a nan came out."""
-    written = {s.target if isinstance(s, Assign) else s.target.id for s in walk(stretch)
-               if isinstance(s, (Assign, Accumulate))}
+    written = {_bound_name(s) for s in walk(stretch)} - {None}      # (the guards bind nothing themselves)
     # a nan the unguarded run makes lands in what the guarded statements write (the others recompute
     # primal values or zero an adjoint): only those are checked, so a primal inf costs nothing
-    guarded = {t.target if isinstance(t, Assign) else t.target.id for k, s in enumerate(stretch)
-               if _is_guard(stretch, k, guards) for t in walk(stretch[k + 1].body)}
+    guarded = {_bound_name(t) for k, s in enumerate(stretch) if _is_guard(stretch, k, guards)
+               for t in walk(stretch[k + 1].body)}
     floats = sorted(v for v in guarded if isinstance(fn.types.get(v), nt.Float))
     # what the stretch reads before it binds it (or may leave as it was) comes back for the second run
     before = {v: fn.names.fresh(f"{v}_before") for v in sorted(live_in(stretch, written) & written)}
