@@ -170,23 +170,40 @@ def _describe(value):
     return f"a {type(value).__name__}"
 
 
-def node_tangents(node, tangents):
+def node_tangents(node, tangents, rows=None):
     """The tangents of a recorded node's outputs (None where there is none) from its inputs' (None: zero):
-    the op's own `jvp` where it has one (a compiled segment), else derived from its VJP."""
+    the op's own `jvp` where it has one (a compiled segment), else derived from its VJP. `rows`: the
+    tangents carry a leading axis of that many rows (a batch, for `jacobian`), and so do the results."""
     inputs, outputs = node.inputs, node.outputs
     needed = [t is not None and x._value.dtype.kind in _DIFFERENTIABLE_KINDS for x, t in zip(inputs, tangents)]
     live = [k for k, y in enumerate(outputs) if y is not None and y._value.dtype.kind in _DIFFERENTIABLE_KINDS]
     made = [None] * len(outputs)
     if not live or True not in needed:
         return made
-    if hasattr(node.op, "jvp"):
-        found = node.op.jvp(node, [t if need else None for t, need in zip(tangents, needed)])
+    given = [t if need else None for t, need in zip(tangents, needed)]
+    if rows is not None:
+        found = _tangent_rows(node, given, live, rows)
+    elif hasattr(node.op, "jvp"):
+        found = node.op.jvp(node, given)
         found = [found[k] for k in live]
     else:
         found = _tangents_through_vjp(node, tangents, needed, live)
     for k, t in zip(live, found):
         made[k] = t
     return made
+
+
+def _tangent_rows(node, tangents, live, rows):
+    """The tangents of the outputs in `live` for a batch of `rows` tangents: in one call where the op
+    takes a batch (`jvp_rows`, a compiled segment), else row by row."""
+    batched = getattr(node.op, "jvp_rows", None)
+    found = batched(node, tangents, rows) if batched is not None else None
+    if found is not None:
+        return [found[k] for k in live]
+    per_row = [node_tangents(node, [None if t is None else Tensor._wrap(t._value[r]) for t in tangents])
+               for r in range(rows)]
+    return [Tensor._wrap(np.stack([np.zeros_like(node.outputs[k]._value) if p[k] is None else np.asarray(p[k]._value)
+                                   for p in per_row])) for k in live]
 
 
 def _position(stack, item):

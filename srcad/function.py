@@ -368,6 +368,23 @@ class CompiledSegment:
         return [None if y is None else Tensor._wrap(np.asarray(t, dtype=y.dtype))
                 for y, t in zip(node.outputs, out_tangents)]
 
+    def jvp_rows(self, node, tangents, rows):
+        """`jvp` for a batch of `rows` tangents (leading axis: the rows) in one compiled call, for
+        `jacobian` in forward mode; None where it cannot: a tape would differentiate it, or the function
+        writes into its arguments (each row starts from them as called)."""
+        if self.transformed.written_params or recording_tapes():
+            return None
+        inputs = self._inputs_as_called(node)
+        tans = [np.ascontiguousarray(_value(t)) if t is not None else np.zeros((rows,) + np.shape(v))
+                for t, v, a in zip(tangents, inputs, self.active) if a]
+        wanted = [k for k, y in enumerate(node.outputs) if y is not None]
+        if not wanted:
+            return [None] * len(node.outputs)
+        buffers = [np.empty((rows,) + node.outputs[k].shape, node.outputs[k].dtype) for k in wanted]
+        _derived_ops().tangent_of(self.transformed).rows(inputs, tans, wanted, buffers)
+        found = dict(zip(wanted, buffers))
+        return [Tensor._wrap(found[k]) if k in found else None for k in range(len(node.outputs))]
+
     def _recorded_vjp(self, node, out_grads, needed):
         """The VJP as a call of the gradient function (compiled again from the forward and adjoint IR),
         recorded on the tapes that differentiate it; a batch of cotangents goes through row by row."""
@@ -443,7 +460,14 @@ class CompiledSegment:
         return [_match(next(active_grads), v) if a else None for a, v in zip(self.active, values)]
 
     def _adjoint_batched(self, node, cotangents, lead):
-        """Jacobians send a batch of cotangents (leading axes ``lead``): run the adjoint once per row."""
+        """Jacobians send a batch of cotangents (leading axes ``lead``): one compiled call for the batch
+        (`Transformed.adjoint_rows`), or where it cannot, the adjoint once per row."""
+        values, n = node.attrs["values"], int(np.prod(lead, dtype=np.int64))
+        rows = [None if c is None else np.ascontiguousarray(c).reshape((n,) + c.shape[len(lead):]) for c in cotangents]
+        buffers = [np.empty((n,) + np.shape(v), np.asarray(v).dtype) for v, a in zip(values, self.active) if a]
+        if n and self.transformed.adjoint_rows(values, node.attrs["saved"], rows, buffers):
+            found = iter(b.reshape(lead + b.shape[1:]) for b in buffers)
+            return [next(found) if a else None for a in self.active]
         rows = [self._adjoint(node, [None if c is None else c[index] for c in cotangents])
                 for index in np.ndindex(*lead)]
         return [None if rows[0][i] is None else np.stack([r[i] for r in rows]).reshape(lead + np.shape(rows[0][i]))

@@ -124,7 +124,7 @@ def jacobian(tape, target, sources, unconnected_gradients=UnconnectedGradients.N
     n = int(np.prod(target.shape, dtype=np.int64))
     try:
         if experimental_use_pfor and _forward_is_cheaper(tape, flat_sources, n):
-            _log.debug("jacobian: forward mode, %d tangent sweeps for %d target elements",
+            _log.debug("jacobian: forward mode, %d unit tangents (a batch per source) for %d target elements",
                        sum(s._value.size for s in flat_sources), n)
             return pack_like(sources, _forward_jacobian(tape, target, flat_sources, unconnected))
         seeds = np.eye(n, dtype=target.dtype).reshape((n,) + target.shape)
@@ -159,32 +159,29 @@ def _forward_is_cheaper(tape, sources, n):
 
 
 def _forward_jacobian(tape, target, sources, unconnected):
-    """The Jacobian column by column: each source element's unit tangent carried forward through the
-    recorded nodes (`accumulator.node_tangents`)."""
+    """The Jacobian a source at a time: a batch of its elements' unit tangents (leading axis: the
+    columns) carried forward through the recorded nodes at once (`accumulator.node_tangents`)."""
     from .accumulator import node_tangents
 
     result = []
     for s in sources:
         keys = tape._variable_keys.get(id(s), (id(s),)) if isinstance(s, Variable) else (id(s),)
-        columns = []
-        for k in range(s._value.size):
-            unit = np.zeros(s._value.size, s.dtype)
-            unit[k] = 1
-            tangents = {key: Tensor._wrap(unit.reshape(s.shape)) for key in keys}
-            for node in tape._nodes:
-                ins = [tangents.get(id(x)) for x in node.inputs]
-                if any(t is not None for t in ins):
-                    for y, t in zip(node.outputs, node_tangents(node, ins)):
-                        if t is not None:
-                            tangents[id(y)] = t
-            column = tangents.get(id(target))
-            columns.append(None if column is None else np.asarray(column._value, dtype=target.dtype))
+        m = s._value.size
+        units = Tensor._wrap(np.eye(m, dtype=s.dtype).reshape((m,) + s.shape))
+        tangents = {key: units for key in keys}
+        for node in tape._nodes:
+            ins = [tangents.get(id(x)) for x in node.inputs]
+            if any(t is not None for t in ins):
+                for y, t in zip(node.outputs, node_tangents(node, ins, rows=m)):
+                    if t is not None:
+                        tangents[id(y)] = t
+        columns = tangents.get(id(target))
         shape = target.shape + s.shape
-        if all(c is None for c in columns) and columns:
+        if columns is None or not m:
             result.append(None if unconnected is UnconnectedGradients.NONE
                           else Tensor._wrap(np.zeros(shape, dtype=s.dtype)))
             continue
-        stacked = np.stack([np.zeros(target.shape, target.dtype) if c is None else c for c in columns], axis=-1)
+        stacked = np.moveaxis(np.asarray(columns._value, dtype=target.dtype), 0, -1)
         result.append(Tensor._wrap(stacked.reshape(shape).astype(s.dtype)))
     return result
 

@@ -129,6 +129,28 @@ class Transformed:
             saved = saved.values
         return self._adjoint(*values, *saved, *d_outs)
 
+    def adjoint_rows(self, values, saved, d_out_rows, buffers):
+        """The adjoint for a batch of cotangents in one compiled call (`rows.py`): `d_out_rows` has one
+        per output (leading axis: the rows; None where the adjoint gets None), `buffers` one per active
+        argument (leading axis: the rows) to write the gradients into. False where it cannot: an
+        adjoint that restores shared buffers in place runs once per forward, so row by row."""
+        if self._once:
+            return False
+        from .rows import Rows
+        saved = saved.values if isinstance(saved, Saved) else saved
+        given = tuple(d is not None for d in d_out_rows)
+        key = ("adjoint rows", len(values), len(saved), given)
+        with COMPILE_LOCK:
+            rows = self.derived.get(key)
+            if rows is None:
+                rows = self.derived[key] = Rows(
+                    self._adjoint, self.backend, [f"arg{k}" for k in range(len(values))] +
+                    [f"saved{k}" for k in range(len(saved))],
+                    [f"d_out{k}_rows" if g else None for k, g in enumerate(given)],
+                    [(k, f"grad{k}_rows") for k in range(len(buffers))])
+        rows((*values, *saved), d_out_rows, buffers)
+        return True
+
     @property
     def dispatchers(self):
         return (self.primal, self._forward, self._adjoint)
@@ -169,14 +191,14 @@ class Saved:
 
 class Checked:
     """A compiled function whose errors name the user's function and line instead of the generated
-    code: the target compiler's errors, and the index checks of `front.bounds` (`sites`). Attributes
-    are the dispatcher's."""
+    code: the target compiler's errors, and the index checks of `front.bounds` (`sites`). `path`: the
+    module it was loaded from; `origins`: the user line of each of its lines; `user_name`: the user's
+    function. Other attributes are the dispatcher's."""
 
     def __init__(self, dispatcher, path, origins, name, backend, sites=()):
         self.dispatcher = dispatcher
-        self._where = (path, origins, name)
+        self.path, self.origins, self.user_name, self.sites = path, origins, name, sites
         self._backend = backend
-        self._sites = sites
         self._try_cache = True
 
     def __call__(self, *args):
@@ -186,9 +208,9 @@ class Checked:
         try:
             return self.dispatcher(*args)
         except self._backend.errors as exc:
-            raise from_numba(exc, *self._where) from None
+            raise from_numba(exc, self.path, self.origins, self.user_name) from None
         except IndexError as exc:
-            raise IndexError(site_message(self._where[2], self._sites, exc)) from None
+            raise IndexError(site_message(self.user_name, self.sites, exc)) from None
         except Raised as exc:
             raise user_exception(exc) from None
 

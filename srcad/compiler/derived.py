@@ -21,20 +21,37 @@ from .compiled import COMPILE_LOCK, Checked
 from .ir.facts import Bounds
 from .opt.cleanup import eliminate_dead_code, fold_constants, simplify
 from .pipeline import copy_function
+from .rows import Rows
 
 
 class Tangent:
     """A compiled tangent function: ``tangent(*args, *tangents)`` returns ``(outputs, output_tangents)``,
     each a tuple with one entry per output; ``source`` is its code."""
 
-    def __init__(self, dispatcher, n_outputs, source):
+    def __init__(self, dispatcher, n_outputs, source, backend):
         self._dispatcher = dispatcher
         self.n_outputs = n_outputs
         self.source = source
+        self._backend = backend
+        self._rows = {}
 
     def __call__(self, *args):
         result = self._dispatcher(*args)
         return result[:self.n_outputs], result[self.n_outputs:]
+
+    def rows(self, args, tangent_rows, wanted, buffers):
+        """The tangent for a batch of tangents in one compiled call (`rows.py`): `tangent_rows` one per
+        active argument (leading axis: the rows), `buffers` one per output in `wanted` (leading axis: the
+        rows) for its tangent. The arguments must not be written into (each row starts from them)."""
+        key = (len(args), tuple(wanted))
+        with COMPILE_LOCK:
+            rows = self._rows.get(key)
+            if rows is None:
+                rows = self._rows[key] = Rows(
+                    self._dispatcher, self._backend, [f"arg{k}" for k in range(len(args))],
+                    [f"tangent{k}_rows" for k in range(len(tangent_rows))],
+                    [(self.n_outputs + k, f"out_tangent{k}_rows") for k in wanted])
+        rows(args, tangent_rows, buffers)
 
 
 def tangent_of(transformed):
@@ -62,7 +79,7 @@ def _compile_tangent(transformed):
     cache.write_module(path, source)
     sites = transformed.ir.primal.facts.of(Bounds).sites
     dispatcher = Checked(backend.load(path, source, fn.name), path, origins, transformed.name, backend, sites)
-    return Tangent(dispatcher, transformed.n_outputs, readable)
+    return Tangent(dispatcher, transformed.n_outputs, readable, backend)
 
 
 def tangent_transform(transformed, arg_types, active):

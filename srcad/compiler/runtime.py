@@ -19,7 +19,7 @@ EXPORTS = ("add_at", "check_index", "check_loop_index", "cotangent_times", "diag
            "prod_slopes_times",
            "list_index", "list_room", "reciprocal_or_zero", "rule_block", "rule_cotangents", "rule_curvature", "rule_midpoint", "rule_slope",
            "rule_step", "rule_vjp",
-           "shape_differs", "stop_gradient", "sum_into", "thread_count", "tile", "tile_like", "trip_count",
+           "shape_differs", "stop_gradient", "store_row", "sum_into", "thread_count", "tile", "tile_like", "trip_count",
            "undiff", "unsort", "untile")
 
 _helper = numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
@@ -534,6 +534,26 @@ def _rule_vjp_overload(out, args, key, k, n):
         return lambda out, args, key, k, n: np.zeros_like(out)
     zero = numba.np.numpy_support.as_dtype(out).type(0)
     return lambda out, args, key, k, n: zero
+
+
+def store_row(rows, row, value):
+    """`rows[row] = value` for a C-contiguous `rows` (a batch's results, `rows.py`)."""
+
+
+@_overload(store_row)
+def _store_row_overload(rows, row, value):
+    if not isinstance(value, numba.types.Array):
+        def store_scalar(rows, row, value):
+            rows[row] = value
+        return store_scalar
+
+    def store_array(rows, row, value):
+        # an explicit loop, not `rows[row] = value`: NumPy's broadcasting assignment makes Numba
+        # compile its shape-mismatch error formatting (~2 s, once per process)
+        out = rows[row].reshape(-1)
+        for i, v in enumerate(value.flat):
+            out[i] = v
+    return store_array
 
 
 def shape_differs(a, b):

@@ -236,7 +236,7 @@ def test_jacobian_picks_forward_mode_for_two_inputs_and_a_thousand_outputs(caplo
         y = logistic_path(p, 1000)
     with caplog.at_level(logging.DEBUG, logger="srcad"):
         forward = tape.jacobian(y, p).numpy()
-    assert "jacobian: forward mode, 2 tangent sweeps for 1000 target elements" in caplog.text
+    assert "jacobian: forward mode, 2 unit tangents (a batch per source) for 1000 target elements" in caplog.text
     reverse = tape.jacobian(y, p, experimental_use_pfor=False).numpy()        # one adjoint per output
     np.testing.assert_allclose(forward, reverse, rtol=1e-10, atol=1e-14)
     fd = finite_differences(lambda a: logistic_path(a[0], 1000).numpy(), (p0,), 0)

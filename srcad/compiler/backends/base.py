@@ -50,8 +50,9 @@ class Backend(abc.ABC):
 
     # ---- compiling and loading --------------------------------------------------------------------
     @abc.abstractmethod
-    def load(self, path, source, name):
-        """Function `name` of the module `source` (written at `path`), compiled lazily for this target."""
+    def load(self, path, source, name, callees=None):
+        """Function `name` of the module `source` (written at `path`), compiled lazily for this target.
+        `callees`: the compiled functions (as `load` gave them) the module calls, by the name it calls."""
 
     def load_cached(self, dispatcher, args):
         """Before the first call of `dispatcher` with `args`: load its machine code from a disk cache

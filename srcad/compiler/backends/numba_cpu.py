@@ -396,9 +396,12 @@ def infer_types(dispatcher, arg_types):
 
 
 
-def import_jit(path, source, name):
-    """Function `name` of the generated module `source` (at `path`), as a Numba dispatcher."""
-    return jit(getattr(import_source(path, source), name))
+def import_jit(path, source, name, callees=None):
+    """Function `name` of the generated module `source` (at `path`), as a Numba dispatcher; `callees`
+    are the dispatchers it calls, by name (globals of the module, as Numba resolves them)."""
+    module = import_source(path, source)
+    vars(module).update(callees or {})
+    return jit(getattr(module, name))
 
 
 def primal_types(dispatcher, arg_types, compile_it):
@@ -452,8 +455,8 @@ class NumbaCPU(Backend):
     def function_source(self, fn, prefix):
         return function_source(fn, prefix)
 
-    def load(self, path, source, name):
-        return import_jit(path, source, name)
+    def load(self, path, source, name, callees=None):
+        return import_jit(path, source, name, callees)
 
     def load_cached(self, dispatcher, args):
         return load_cached(dispatcher, args)
