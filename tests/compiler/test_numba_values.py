@@ -385,6 +385,51 @@ def products(x):
     return np.prod(x) * x[0] + np.prod(y) + np.prod(x[:3] ** 2)
 
 
+def running_products(x, A):
+    """np.cumprod (of a matrix: of its flattened entries) and np.nancumprod, a zero entry among them: the
+    loop they are written as is exact there, at every order."""
+    y = x.copy()
+    y[1] = 0.0
+    z = x.copy()
+    z[3] = np.nan
+    return np.sum(np.cumprod(x) * x) + np.sum(np.cumprod(y)) + np.sum(np.cumprod(A) ** 2) + np.sum(np.nancumprod(z))
+
+
+def joined(v, w, A, B):
+    """np.hstack of vectors, of matrices; np.column_stack of vectors and a matrix; np.dstack of
+    vectors, matrices and a 3-d block."""
+    h = np.hstack((v, w * 2.0, v[::-1]))
+    hm = np.hstack((A, B * B))
+    c = np.column_stack((v[:3], A, w[:3] * 2.0))
+    d2 = np.dstack((A, B, A * B))
+    d1 = np.dstack((v, w))
+    d3 = np.dstack((d2, d2 * 2.0))
+    weights = np.arange(h.size) * 0.1 + 1.0
+    return (np.sum(h * weights * h) + np.sum(hm * hm[::-1]) + np.sum(c * c)
+            + np.sum(d2 * d2[::-1]) + np.sum(d1 * d1) + np.sum(d3 * d3 * 0.5))
+
+
+def convolved_and_vander(x, w, c):
+    """np.convolve (full), a signal longer and shorter than its filter; np.vander of its default size,
+    of N columns, increasing."""
+    smooth = np.convolve(x, w) + np.convolve(w, x)
+    fit = np.vander(x) @ np.vander(w, 5)[:x.size, :x.size].T
+    return np.sum(smooth * smooth) + np.sum(fit * c) + np.sum(np.vander(w, N=3, increasing=True) ** 2)
+
+
+def test_running_products_joins_convolution_and_vandermonde():
+    x = rng.uniform(0.5, 1.5, 5)
+    A, B = rng.normal(size=(3, 2)), rng.normal(size=(3, 2))
+    v, w = rng.normal(size=4), rng.normal(size=4)
+    c = rng.normal(size=(5, 5))
+    cases = ((running_products, (x, A), (0, 1)), (joined, (v, w, A, B), (0, 1, 2, 3)),
+             (convolved_and_vander, (x, rng.uniform(0.5, 1.5, 7), c), (0, 1)))
+    for fn, args, active in cases:
+        check_function(ad.function(fn), args, active)
+        second_order_check(fn, args, tuple(i in active for i in range(len(args))))
+        np.testing.assert_allclose(ad.function(fn)(*args).numpy(), numba.njit(fn)(*args), rtol=1e-12)
+
+
 def test_functions_written_as_others():
     A = rng.normal(size=(3, 4))
     v = rng.uniform(0.5, 1.5, 4)
@@ -444,8 +489,8 @@ def test_linear_algebra_differences_and_the_other_rules():
     check(elementwise_extras, (np.array([0.0, 0.3, -1.2, 2.5]), 2), (0,))
 
 
-def cumulative_product(x):
-    return np.sum(np.cumprod(x))
+def correlated(x):
+    return np.sum(np.correlate(x, x))
 
 
 def noisy(mu):
@@ -453,15 +498,15 @@ def noisy(mu):
 
 
 def test_a_gradient_through_a_function_without_a_rule_names_why():
-    line = line_of(cumulative_product, "np.cumprod(x)")
-    with pytest.raises(TransformError, match=rf"cumulative_product .*line {line}\).*no derivative rule for "
-                                             r"`np.cumprod` \(no rule yet; write the product as a loop\)"):
-        transform(cumulative_product, (ARR,), (True,))
+    line = line_of(correlated, "np.correlate(x, x)")
+    with pytest.raises(TransformError, match=rf"correlated .*line {line}\).*no derivative rule for "
+                                             r"`np.correlate` \(no rule yet; write it as loops over the arrays\)"):
+        transform(correlated, (ARR,), (True,))
     line = line_of(noisy, "np.random.normal")
     with pytest.raises(TransformError, match=rf"noisy .*line {line}\).*`np.random.normal` \(a random draw; draw "
                                              r"standard noise"):
         transform(noisy, (F64,), (True,))
-    assert ad.function(cumulative_product)(np.array([1.0, 4.0, -2.0])).numpy() == -3.0
+    assert ad.function(correlated)(np.array([1.0, 4.0, -2.0])).numpy() == 21.0
 
 
 # Numba's supported NumPy functions (its "Supported NumPy features": reductions, other functions,

@@ -190,6 +190,7 @@ class LocalAdjoints:
         stored_rank = rank(type_of(self.fn, Subscript(Name(s.array), s.index)))
         zero = Store(self.adjoint_name(s.array), s.index, Const(0.0))
         v = s.value
+        assert is_atom(v), f"a stored value is an atom (front/flatten.py), not {v!r}: its adjoint would be lost"
         k = gather_axis(self.fn, s.index)
         first = index_array(self.fn, s.index[k]) if k is not None else None
         if first is not None and not isinstance(first.dtype, nt.Boolean) and any(self.is_active(a) for a in _atoms(v)):

@@ -193,12 +193,10 @@ NONDIFF = frozenset("""
 # is in NONDIFF or is written as functions that have one, `front/lower.py` WRITTEN_AS;
 # tests/compiler/test_numba_values.py checks the list, docs/subset.md lists them).
 NOT_DIFFERENTIATED = {name: reason for names, reason in (
-    ("np.cumprod np.nancumprod", "no rule yet; write the product as a loop"),
     ("np.percentile np.nanpercentile np.quantile np.nanquantile",
      "no rule yet; sort with np.sort (differentiated) and interpolate between neighbours"),
-    ("np.convolve np.correlate np.kron np.vander np.interp np.cov np.corrcoef",
+    ("np.correlate np.kron np.interp np.cov np.corrcoef",
      "no rule yet; write it as loops over the arrays"),
-    ("np.hstack np.dstack np.column_stack", "no rule yet; use np.concatenate or np.stack"),
     ("srcad.rule_vjp", "forward mode (a tangent, ad.jvp, ad.hvp, a forward-mode jacobian) through a function "
      "with a custom VJP (defvjp) is not supported: give it a forward rule with defjvp"),
     ("srcad.rule_curvature", "a derivative of third order through a function with a custom rule (defjvp) is not "
@@ -612,16 +610,46 @@ def _join_tangent(fn):
     return tangent
 
 
-def _concatenate_transpose(items, k, g, ranks, axis):
-    """The part of `g` that items[k] filled: a slice along the axis, after the items before it."""
-    a = (axis or 0) % ranks[0]
+def _joined(items, k, g, ranks, axis, width, lead):
+    """The part of `g` that items[k] filled, joined along `axis` after the items before it: `width(item,
+    rank)` is an item's extent along that axis (None: it adds an axis of its own there, taken by an
+    index), `lead(rank)` the index of `g` before that axis."""
     start = None
-    for item in items[:k]:
-        size = Subscript(Attribute(item, "shape"), (Const(a),))
-        start = size if start is None else start + size
-    size = Subscript(Attribute(items[k], "shape"), (Const(a),))
-    part = Slice(start, size if start is None else start + size)
-    return Subscript(g, (Slice(),) * a + (part,)), "exact"
+    for item, r in zip(items[:k], ranks[:k]):
+        w = width(item, r)
+        w = Const(1) if w is None else w
+        start = w if start is None else start + w
+    size = width(items[k], ranks[k])
+    part = (start or Const(0)) if size is None else Slice(start, size if start is None else start + size)
+    return Subscript(g, lead(ranks[k]) + (part,)), "exact"
+
+
+def _concatenate_transpose(items, k, g, ranks, axis):
+    """np.concatenate: a slice along the axis."""
+    a = (axis or 0) % ranks[0]
+    return _joined(items, k, g, ranks, axis, lambda x, r: Subscript(Attribute(x, "shape"), (Const(a),)),
+                   lambda r: (Slice(),) * a)
+
+
+def _hstack_transpose(items, k, g, ranks, axis):
+    """np.hstack: along the first axis of 1-d arrays, the second of others."""
+    a = 0 if ranks[0] == 1 else 1
+    return _joined(items, k, g, ranks, axis, lambda x, r: Subscript(Attribute(x, "shape"), (Const(a),)),
+                   lambda r: (Slice(),) * a)
+
+
+def _column_stack_transpose(items, k, g, ranks, axis):
+    """np.column_stack: 1-d arrays are columns, 2-d ones blocks of columns."""
+    return _joined(items, k, g, ranks, axis,
+                   lambda x, r: Subscript(Attribute(x, "shape"), (Const(1),)) if r == 2 else None,
+                   lambda r: (Slice(),))
+
+
+def _dstack_transpose(items, k, g, ranks, axis):
+    """np.dstack: along the third axis, each array made 3-d first ((n,) -> (1, n, 1), (m, n) -> (m, n, 1))."""
+    return _joined(items, k, g, ranks, axis,
+                   lambda x, r: Subscript(Attribute(x, "shape"), (Const(2),)) if r == 3 else None,
+                   lambda r: (Const(0), Slice()) if r == 1 else (Slice(), Slice()))
 
 
 def _stack_transpose(items, k, g, ranks, axis):
@@ -637,6 +665,9 @@ def _asarray_tangent(items, ditems, ranks, axis):
 
 JOINS = {"np.concatenate": JoinRule(_join_tangent("np.concatenate"), _concatenate_transpose),
          "np.stack": JoinRule(_join_tangent("np.stack"), _stack_transpose),
+         "np.hstack": JoinRule(_join_tangent("np.hstack"), _hstack_transpose),
+         "np.column_stack": JoinRule(_join_tangent("np.column_stack"), _column_stack_transpose),
+         "np.dstack": JoinRule(_join_tangent("np.dstack"), _dstack_transpose),
          "np.asarray": JoinRule(_asarray_tangent, _stack_transpose),      # of a tuple: stacked on a new first axis
          "np.array": JoinRule(_asarray_tangent, _stack_transpose)}
 

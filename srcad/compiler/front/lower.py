@@ -53,7 +53,9 @@ _SUPPLIED = {"np.tile": "srcad.tile"}
 # NumPy functions without a derivative rule of their own, written as functions that have one (the method
 # of `_Lowerer` that writes the call; it gives None for a form it does not take, which stays as it is)
 WRITTEN_AS = {"np.ptp": "peak_to_peak", "np.ediff1d": "differences_of_flat", "np.take": "taken",
-              "np.nancumsum": "nancumsum", "np.nanprod": "nanprod", "np.vstack": "stacked_rows"}
+              "np.nancumsum": "nancumsum", "np.nanprod": "nanprod", "np.vstack": "stacked_rows",
+              "np.cumprod": "running_product", "np.nancumprod": "nan_running_product", "np.convolve": "convolution",
+              "np.vander": "vandermonde"}
 # parameters passed by keyword that derivative rules read by position, and their defaults
 _POSITIONAL = {"np.full": ("shape", "fill_value"), "np.full_like": ("a", "fill_value"),
                "np.linspace": ("start", "stop", "num")}
@@ -1133,6 +1135,79 @@ class _Lowerer:
         x = self.atom(args[0])
         kept = self.temp(Call("np.where", (self.temp(Call("np.isnan", (x,))), Const(neutral), x)))
         return Call(then, (kept,))
+
+    def running_product(self, args, kws):
+        """`np.cumprod(x)`: the running product of the flattened array, as the loop it is (its derivative
+        is then the loop's: exact where entries are zero, and at any order)."""
+        if len(args) != 1 or kws:
+            return None
+        return self.running_product_of(self.atom(args[0]))
+
+    def nan_running_product(self, args, kws):
+        """`np.nancumprod(x)`: the running product with the NaNs taken as 1."""
+        if len(args) != 1 or kws:
+            return None
+        x = self.atom(args[0])
+        return self.running_product_of(self.temp(Call("np.where", (self.temp(Call("np.isnan", (x,))), Const(1.0),
+                                                                                  x))))
+
+    def running_product_of(self, x):
+        flat = self.temp(Call("np.ravel", (x,)), "flat")
+        out = self.temp(Call("np.empty_like", (flat,)), "running")
+        one = self.temp(Call("np.ones", (Const(1), Attribute(flat, "dtype"))), "one")
+        acc = self.temp(Subscript(one, (Const(0),)), "product")
+        i = self.fresh("i")
+        self.ctx.ints.add(i)
+        body = [Assign(acc.id, BinOp("*", acc, Subscript(flat, (Name(i),))), self.origin),
+                Store(out.id, (Name(i),), acc, self.origin)]
+        self.emit(For(i, Const(0), Subscript(Attribute(flat, "shape"), (Const(0),)), Const(1), body, self.origin))
+        return out
+
+    def convolution(self, args, kws):
+        """`np.convolve(a, v)` (Numba's: the full convolution) as the loops it is:
+        `out[i + j] += a[i] * v[j]`."""
+        if len(args) != 2 or kws:
+            return None
+        a, v = (self.as_name(self.atom(x)) for x in args)
+        joined = self.temp(Call("np.concatenate", (Tuple((self.temp(Subscript(a, (Slice(Const(1)),))), v)),)))
+        out = self.temp(Call("np.zeros_like", (joined,)), "convolved")       # the dtype NumPy gives
+        i, j, k, total = self.fresh("i"), self.fresh("j"), self.fresh("k"), self.fresh("total")
+        self.ctx.ints |= {i, j, k}
+        inner = [Assign(k, BinOp("+", Name(i), Name(j)), self.origin),       # (stored values are atoms)
+                 Assign(total, BinOp("+", Subscript(out, (Name(k),)),
+                                     BinOp("*", Subscript(a, (Name(i),)), Subscript(v, (Name(j),)))), self.origin),
+                 Store(out.id, (Name(k),), Name(total), self.origin)]
+        self.emit(For(i, Const(0), Subscript(Attribute(a, "shape"), (Const(0),)), Const(1),
+                      [For(j, Const(0), Subscript(Attribute(v, "shape"), (Const(0),)), Const(1), inner, self.origin)],
+                      self.origin))
+        return out
+
+    def vandermonde(self, args, kws):
+        """`np.vander(x, N=None, increasing=False)` as the loops it is: `out[i, j] = x[i] ** power`."""
+        named = dict(kws)
+        if len(args) > 2 or len(args) < 1 or set(named) - {"N", "increasing"} or (len(args) == 2 and "N" in named):
+            return None
+        increasing = named.get("increasing", Const(False))
+        if not isinstance(increasing, Const):
+            return None
+        x = self.as_name(self.atom(args[0]))
+        n = Subscript(Attribute(x, "shape"), (Const(0),))
+        given = self.atom(args[1]) if len(args) == 2 else named.get("N", Const(None))
+        cols = self.as_name(n if isinstance(given, Const) and given.value is None else given)
+        out = self.temp(Call("np.empty", (Tuple((self.as_name(n), cols)), Attribute(x, "dtype"))), "vander")
+        i, j, power, entry = self.fresh("i"), self.fresh("j"), self.fresh("power"), self.fresh("entry")
+        self.ctx.ints |= {i, j, power}
+        exponent = Name(j) if increasing.value else BinOp("-", BinOp("-", cols, Const(1)), Name(j))
+        inner = [Assign(power, exponent, self.origin),
+                 Assign(entry, BinOp("**", Subscript(x, (Name(i),)), Name(power)), self.origin),
+                 Store(out.id, (Name(i), Name(j)), Name(entry), self.origin)]
+        self.emit(For(i, Const(0), n, Const(1),
+                      [For(j, Const(0), cols, Const(1), inner, self.origin)], self.origin))
+        return out
+
+    def as_name(self, e):
+        """`e` bound to a name of its own unless it is one."""
+        return e if isinstance(e, Name) else self.temp(e)
 
     def stacked_rows(self, args, kws):
         """`np.vstack((a, b, ...))`: the arrays as rows of at least 2 dimensions, joined along the first."""
