@@ -11,13 +11,14 @@ import numba
 import numpy as np
 from numba.core import types as nt
 from numba.extending import overload
+from numba.np.unsafe.ndarray import to_fixed_tuple
 from numba.np.ufunc.parallel import _iget_num_threads
 
 # What generated code imports from here, by these names (user names that collide are renamed).
 EXPORTS = ("add_at", "check_index", "check_loop_index", "cotangent_times", "diag_like", "fail", "finite_or_zero",
            "frozen_array", "grow", "last_written", "log_or_zero", "median_slopes", "power_slope", "prod_slopes",
            "prod_slopes_times",
-           "list_index", "list_room", "reciprocal_or_zero", "rule_block", "rule_cotangents", "rule_curvature", "rule_midpoint", "rule_slope",
+           "list_index", "list_room", "max_along", "min_along", "reciprocal_or_zero", "rule_block", "rule_cotangents", "rule_curvature", "rule_midpoint", "rule_slope",
            "rule_step", "rule_vjp",
            "shape_differs", "stop_gradient", "store_row", "sum_into", "thread_count", "tile", "tile_like", "trip_count",
            "undiff", "unsort", "untile")
@@ -554,6 +555,65 @@ def _store_row_overload(rows, row, value):
         for i, v in enumerate(value.flat):
             out[i] = v
     return store_array
+
+
+def max_along(a, axis):
+    """np.max(a, axis=axis), which Numba lacks (`axis` a constant)."""
+
+
+def min_along(a, axis):
+    """np.min(a, axis=axis), which Numba lacks (`axis` a constant)."""
+
+
+def _extremum_along(before, name):
+    """The overload of `max_along` (`before(v, best)`: v > best) or `min_along`: NaN wins, as in NumPy."""
+    def overload_along(a, axis):
+        if not isinstance(a, nt.Array) or not isinstance(axis, nt.IntegerLiteral) \
+                or not -a.ndim <= axis.literal_value < a.ndim:
+            return None
+        ax, nd = axis.literal_value % a.ndim, a.ndim
+        empty = f"zero-size array to reduction operation {name} which has no identity"
+
+        @numba.njit
+        def along(a):
+            c = np.ascontiguousarray(a)
+            pre, post, n = 1, 1, c.shape[ax]
+            for d in range(ax):
+                pre *= c.shape[d]
+            for d in range(ax + 1, nd):
+                post *= c.shape[d]
+            if n == 0:
+                raise ValueError(empty)
+            flat = c.reshape((pre, n, post))
+            out = np.empty((pre, post), c.dtype)
+            for i in range(pre):
+                for k in range(post):
+                    best = flat[i, 0, k]
+                    for j in range(1, n):
+                        v = flat[i, j, k]
+                        if before(v, best) or (v != v and best == best):
+                            best = v
+                    out[i, k] = best
+            return out
+
+        if nd == 1:
+            return lambda a, axis: along(a)[0, 0]
+
+        rank = nd - 1
+
+        def kept(a, axis):
+            shape = np.empty(rank, np.int64)
+            for d in range(nd):
+                if d != ax:
+                    shape[d - (d > ax)] = a.shape[d]
+            return along(a).reshape(to_fixed_tuple(shape, rank))
+        return kept
+    return overload_along
+
+
+_along_options = {"prefer_literal": True, "jit_options": {"no_cpython_wrapper": True, "no_cfunc_wrapper": True}}
+overload(max_along, **_along_options)(_extremum_along(numba.njit(lambda v, best: v > best), "maximum"))
+overload(min_along, **_along_options)(_extremum_along(numba.njit(lambda v, best: v < best), "minimum"))
 
 
 def shape_differs(a, b):

@@ -430,6 +430,34 @@ def test_running_products_joins_convolution_and_vandermonde():
         np.testing.assert_allclose(ad.function(fn)(*args).numpy(), numba.njit(fn)(*args), rtol=1e-12)
 
 
+def extrema_along_axes(A, v, T):
+    """np.max / np.min along an axis (Numba has them over the whole array only): by keyword and by
+    position, the last axis by -1, a vector's one axis (a number), a 3-d array's middle axis; a log-sum-exp
+    by rows."""
+    mx = np.max(A, axis=1)
+    lse = np.sum(np.log(np.sum(np.exp(A - mx[:, None]), axis=1)) + mx)
+    mn = np.min(A, 0)
+    return (lse + np.sum(mn * mn) + np.max(v, axis=0) * np.min(v, axis=-1) + np.sum(np.amax(T, axis=1) ** 2)
+            + np.sum(np.amin(T, axis=2) * np.max(T, axis=0)[:, 0]))
+
+
+def test_extrema_along_an_axis():
+    A, v, T = rng.normal(size=(4, 3)), rng.normal(size=5), rng.normal(size=(2, 3, 2))
+    args = (A, v, T)
+    check_function(ad.function(extrema_along_axes), args, (0, 1, 2))
+    second_order_check(extrema_along_axes, args, (True, True, True))
+    np.testing.assert_allclose(ad.function(extrema_along_axes)(*args).numpy(), extrema_along_axes(*args), rtol=1e-12)
+    tied = A.copy()
+    tied[1, 2] = tied[1, 0] = tied[1].max() + 1.0           # two maxima of row 1 share its adjoint
+    g = ad.grad(lambda a: ad.function(extrema_along_axes)(a, v, T))(tied)
+    assert g[1, 0] == g[1, 2]
+    nans = A.copy()
+    nans[0, 1] = np.nan                                      # NaN wins, as in NumPy
+    assert np.isnan(ad.function(extrema_along_axes)(nans, v, T).numpy())
+    with pytest.raises(ValueError, match="zero-size array to reduction operation maximum"):
+        ad.function(extrema_along_axes)(np.zeros((2, 0)), v, T)
+
+
 def test_functions_written_as_others():
     A = rng.normal(size=(3, 4))
     v = rng.uniform(0.5, 1.5, 4)

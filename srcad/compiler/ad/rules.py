@@ -307,6 +307,28 @@ def _extremum(fn):
     return ArrayRule(tangent, (transpose,))
 
 
+def _extremum_along(fn):
+    """srcad.max_along / min_along (np.max / np.min along an axis): the adjoint of each result split equally
+    among its tied extrema. Along the one axis of a vector, the result is a number, as np.max's."""
+    def spread(x, axis, rank):
+        return x if rank == 1 else np_.expand_dims(x, axis)
+
+    def mask(a, axis, rank):
+        return np_.equal(a, spread(Call(fn, (a,), _axis_keywords(axis)), axis, rank))
+
+    def along(x, axis, rank):
+        return Call("np.sum", (x,), () if rank == 1 else _axis_keywords(axis))
+
+    def tangent(args, dargs, ranks, axis):
+        m = mask(args[0], axis, ranks[0])
+        return along(dargs[0] * m, axis, ranks[0]) / along(m, axis, ranks[0])
+
+    def transpose(args, g, ranks, axis):
+        m = mask(args[0], axis, ranks[0])
+        return (spread(g / along(m, axis, ranks[0]), axis, ranks[0]) * m, "exact")
+    return ArrayRule(tangent, (transpose,))
+
+
 def _permuted(x, args, inverse):
     """np.transpose of `x` with the axes `args[1]` of `np.transpose(a, axes)` (all reversed where none are
     given); `inverse`: the permutation undoing them. None where the axes are not constants."""
@@ -496,6 +518,8 @@ ARRAY_RULES = {
     "np.amax": _extremum("np.max"),
     "np.min": _extremum("np.min"),
     "np.amin": _extremum("np.min"),
+    "srcad.max_along": _extremum_along("srcad.max_along"),
+    "srcad.min_along": _extremum_along("srcad.min_along"),
     "np.linalg.norm": ArrayRule(_norm_tangent, (_norm_transpose,), _euclidean),
     "np.outer": ArrayRule(_outer_tangent, (lambda args, g, ranks, axis: _outer_transpose(g, args, ranks, 0),
                                            lambda args, g, ranks, axis: _outer_transpose(np_.transpose(g), args,

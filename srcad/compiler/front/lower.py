@@ -64,6 +64,9 @@ _DEFAULTS = {"np.linspace": {2: Const(50)}}
 _SECOND_KEYWORD = dict.fromkeys(("np.sum", "np.mean", "np.prod", "np.max", "np.min", "np.amax", "np.amin", "np.cumsum",
                                  "np.var", "np.std", "np.concatenate", "np.stack", "np.sort", "np.argmax",
                                  "np.argmin", "np.median"), "axis") | {"np.linalg.norm": "ord"}
+# reductions along an axis that Numba lacks, by the runtime helper that makes them
+_ALONG_AN_AXIS = {"np.max": "srcad.max_along", "np.amax": "srcad.max_along", "np.min": "srcad.min_along",
+                  "np.amin": "srcad.min_along"}
 # names generated code uses for modules, types and runtime helpers: a user name among them is renamed
 RESERVED = {"np", "math", "numba", "List", "types", "range", "len", "abs", "min", "max", "float", "int"} | \
     set(EXPORTS)
@@ -1561,6 +1564,8 @@ class _Lowerer:
         if fn == "np.mean" and len(args) == 1 and axis is not None:      # Numba has no mean along an axis
             base = self.named(args[0])
             return BinOp("/", self.temp(Call("np.sum", (base,), kws)), Subscript(Attribute(base, "shape"), (axis,)))
+        if fn in _ALONG_AN_AXIS and axis is not None and len(args) == 1 and set(dict(kws)) == {"axis"}:
+            fn = _ALONG_AN_AXIS[fn]
         named = dict(kws)
         for p in _POSITIONAL.get(fn, ())[len(args):]:
             if p not in named and len(args) not in _DEFAULTS.get(fn, {}):
