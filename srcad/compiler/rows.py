@@ -18,13 +18,16 @@ an exception raised in a parallel loop is lost there, so a batch with a row
 not done runs again in the serial function, which raises it. `Rows` compiles
 both lazily (the backend prints and loads them, the callee given by name) and
 runs a batch in parallel where that pays: several threads, and rows measured
-long enough (`PAYS_SECONDS` for the batch) to pay for waking them. A batch of
+long enough (`PAYS_SECONDS` for the batch) to pay for waking them; and where
+it is safe: a threading layer that takes parallel code from several threads. A batch of
 rows computes what calls row by row compute, to rounding (compiled together,
 the callee may be inlined and its loops vectorised differently).
 
 The callee must leave its arguments as it got them (an adjoint that restores
 buffers in place runs row by row instead: `Transformed.adjoint_rows`).
 """
+import functools
+import importlib
 import time
 
 import numba
@@ -54,6 +57,24 @@ def rows_function(name, callee, fixed, batched, results, parallel):
     stop = Subscript(Attribute(Name(results[0][1]), "shape"), (Const(0),))
     loop = For(row, Const(0), stop, Const(1), body, parallel=parallel)
     return Function(name, params, [loop], [])
+
+
+@functools.cache
+def layer_allows_threads():
+    """May parallel code start from several threads at once? Not on workqueue, Numba's fallback threading
+    layer: it aborts the process. Batches run in parallel only where Numba will take tbb or omp."""
+    layer = numba.config.THREADING_LAYER
+    if layer in ("tbb", "omp", "safe", "threadsafe"):
+        return True
+    if layer == "workqueue":
+        return False
+    for pool in ("tbbpool", "omppool"):
+        try:
+            importlib.import_module(f"numba.np.ufunc.{pool}")
+            return True
+        except ImportError:
+            continue
+    return False
 
 
 class Rows:
@@ -89,7 +110,7 @@ class Rows:
     def _pays(self, n):
         """Does a batch of `n` rows pay for the threads of a parallel loop (as measured so far)?"""
         return numba.get_num_threads() > 1 and self._seconds_per_row is not None \
-            and self._seconds_per_row * n >= PAYS_SECONDS
+            and self._seconds_per_row * n >= PAYS_SECONDS and layer_allows_threads()
 
     def _function(self, parallel):
         """The serial or parallel function of the batch, printed, written and loaded on first use."""

@@ -266,3 +266,25 @@ def test_an_error_in_a_parallel_row_is_raised(two_threads, tmp_path):
     with pytest.raises(IndexError, match="row 3 is out of range"):
         rows([x], [np.arange(6.0)], [np.empty((6, 2))])
     assert set(rows._functions) == {False, True}              # it ran in parallel, then again serially
+
+
+def test_batches_run_serially_on_a_threading_layer_that_takes_one_thread_at_a_time(two_threads, monkeypatch):
+    """workqueue, Numba's fallback layer, aborts the process when two threads start parallel code at once."""
+    monkeypatch.setattr(numba.config, "THREADING_LAYER", "workqueue")
+    rows_module.layer_allows_threads.cache_clear()
+    try:
+        assert not rows_module.layer_allows_threads()
+        kinds = []
+        original = rows_module.Rows._function
+        monkeypatch.setattr(rows_module.Rows, "_function", lambda self, parallel: kinds.append(parallel) or
+                            original(self, parallel))
+        x0 = rng.uniform(0.5, 1.5, 5)
+        x, a = ad.constant(x0), ad.constant(0.4)
+        with ad.GradientTape(persistent=True) as tape:
+            tape.watch([x, a])
+            y, _ = spread(x, a)
+        results = [tape.jacobian(y, [x, a])[0].numpy() for _ in range(3)]
+        assert kinds == [False, False, False]
+        np.testing.assert_array_equal(results[2], results[0])
+    finally:
+        rows_module.layer_allows_threads.cache_clear()

@@ -161,6 +161,22 @@ def test_source_has_line_comments_and_no_waste():
     assert "t = i - 1" in adjoint and "t_stack" not in forward   # an index temporary is computed again
 
 
+def squares_and_products(x, y):
+    return np.sum(x * x * y) + np.sum(x * y)
+
+
+def test_equal_terms_of_an_adjoint_are_counted_not_summed_again():
+    """`x * x` gives x's adjoint two equal terms: computed once, doubled (the same number as their sum)."""
+    x, y = np.linspace(0.1, 1.0, 4), np.linspace(2.0, 3.0, 4)
+    t = compiled(squares_and_products, (x, y), (True, True))
+    adjoint = t.source("adjoint")
+    assert "2.0 * " in adjoint
+    out, saved = t.forward(x, y)
+    d_x, d_y = t.adjoint(x, y, saved, 1.0)
+    np.testing.assert_allclose(d_x, 2.0 * x * y + y, rtol=1e-15)
+    np.testing.assert_allclose(d_y, x * x + x, rtol=1e-15)
+
+
 def test_outputs_description():
     t = compiled(C.tuple_return, (0.4, 1.7), (True, True))
     assert t.returns_tuple and t.n_outputs == 2
@@ -209,7 +225,7 @@ def test_design_example_saves_only_r():
     assert "acc_stack" not in forward and "np.copy(x)" not in forward
     assert "def energy_forward(x, r_stack):" in forward and "r_stack = grow(" in forward
     assert "d_r *= math.cos(r)" in adjoint and "d_y[i] += d_r" in adjoint
-    assert "d_x[i] += d_acc * x[i]" in adjoint and "if nonzero:" in adjoint    # only where d_acc is not 0
+    assert "d_x[i] += 2.0 * (d_acc * x[i])" in adjoint and "if nonzero:" in adjoint    # only where d_acc is not 0
 
 
 def test_straight_line_loop_saves_only_its_state():

@@ -430,13 +430,22 @@ def _shown(v):
 
 
 def _grouped(contributions):
-    """Contributions to the same atom (in the same mode) summed into one: `x[i] * x[i]` adds
-    `d * x[i] + d * x[i]` into `d_x[i]` once."""
-    out = {}
+    """Contributions to the same atom (in the same mode) summed into one: `x[i] * y` adds `d * y` and
+    `x[i] * z` adds `d * z` into `d_x[i]` once, as `d * y + d * z`. Equal terms are counted, not summed
+    again: `x * x` adds `2.0 * (d * x)` (the same number as `d * x + d * x`, computed once)."""
+    terms = {}
     for atom, expr, mode, r in contributions:
-        key = (atom, mode, r)
-        out[key] = BinOp("+", out[key], expr) if key in out else expr
-    return [(atom, expr, mode, r) for (atom, mode, r), expr in out.items()]
+        counts = terms.setdefault((atom, mode, r), {})       # by the text of the term (IR constants may be arrays)
+        seen = counts.setdefault(repr(expr), [expr, 0])
+        seen[1] += 1
+    out = []
+    for (atom, mode, r), counts in terms.items():
+        total = None
+        for expr, count in counts.values():
+            term = expr if count == 1 else BinOp("*", Const(float(count)), expr)
+            total = term if total is None else BinOp("+", total, term)
+        out.append((atom, total, mode, r))
+    return out
 
 
 def _atoms(e):
