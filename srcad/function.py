@@ -465,8 +465,8 @@ class CompiledSegment:
         values, n = node.attrs["values"], int(np.prod(lead, dtype=np.int64))
         rows = [None if c is None else np.ascontiguousarray(c).reshape((n,) + c.shape[len(lead):]) for c in cotangents]
         buffers = [np.empty((n,) + np.shape(v), np.asarray(v).dtype) for v, a in zip(values, self.active) if a]
-        if n and self.transformed.adjoint_rows(values, node.attrs["saved"], rows, buffers):
-            found = iter(b.reshape(lead + b.shape[1:]) for b in buffers)
+        if not n or self.transformed.adjoint_rows(values, node.attrs["saved"], rows, buffers):
+            found = iter(b.reshape(lead + b.shape[1:]) for b in buffers)        # (no rows: empty buffers)
             return [next(found) if a else None for a in self.active]
         rows = [self._adjoint(node, [None if c is None else c[index] for c in cotangents])
                 for index in np.ndindex(*lead)]

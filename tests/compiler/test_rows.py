@@ -288,3 +288,17 @@ def test_batches_run_serially_on_a_threading_layer_that_takes_one_thread_at_a_ti
         np.testing.assert_array_equal(results[2], results[0])
     finally:
         rows_module.layer_allows_threads.cache_clear()
+
+
+@ad.function
+def none_of_it(x):
+    return x[:0] * 2.0
+
+
+def test_jacobian_of_an_empty_target():
+    x = ad.constant(np.ones(3))
+    with ad.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        y = none_of_it(x)
+    assert tape.jacobian(y, x).shape == (0, 3)
+    assert tape.jacobian(y, x, experimental_use_pfor=False).shape == (0, 3)
