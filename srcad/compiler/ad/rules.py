@@ -195,7 +195,7 @@ NONDIFF = frozenset("""
 NOT_DIFFERENTIATED = {name: reason for names, reason in (
     ("np.percentile np.nanpercentile np.quantile np.nanquantile",
      "no rule yet; sort with np.sort (differentiated) and interpolate between neighbours"),
-    ("np.correlate np.kron np.interp np.cov np.corrcoef",
+    ("np.kron np.interp np.cov np.corrcoef",
      "no rule yet; write it as loops over the arrays"),
     ("srcad.rule_vjp", "forward mode (a tangent, ad.jvp, ad.hvp, a forward-mode jacobian) through a function "
      "with a custom VJP (defvjp) is not supported: give it a forward rule with defjvp"),

@@ -55,7 +55,7 @@ _SUPPLIED = {"np.tile": "srcad.tile"}
 WRITTEN_AS = {"np.ptp": "peak_to_peak", "np.ediff1d": "differences_of_flat", "np.take": "taken",
               "np.nancumsum": "nancumsum", "np.nanprod": "nanprod", "np.vstack": "stacked_rows",
               "np.cumprod": "running_product", "np.nancumprod": "nan_running_product", "np.convolve": "convolution",
-              "np.vander": "vandermonde"}
+              "np.correlate": "correlation", "np.vander": "vandermonde"}
 # parameters passed by keyword that derivative rules read by position, and their defaults
 _POSITIONAL = {"np.full": ("shape", "fill_value"), "np.full_like": ("a", "fill_value"),
                "np.linspace": ("start", "stop", "num")}
@@ -1184,6 +1184,40 @@ class _Lowerer:
                       [For(j, Const(0), Subscript(Attribute(v, "shape"), (Const(0),)), Const(1), inner, self.origin)],
                       self.origin))
         return out
+
+    def correlation(self, args, kws):
+        """`np.correlate(a, v)` (Numba's: mode "valid") as the loops it is, `out[i] += a[i + j] * v[j]`; where
+        `v` is the longer, with their roles swapped and the result reversed, as NumPy does."""
+        if len(args) != 2 or kws:
+            return None
+        a, v = (self.as_name(self.atom(x)) for x in args)
+        la, lv = (self.temp(Subscript(Attribute(x, "shape"), (Const(0),))) for x in (a, v))
+        longer = self.temp(Compare(">=", la, lv))
+        n_out = self.temp(BinOp("+", Call("abs", (BinOp("-", la, lv),)), Const(1)))
+        first = Slice(None, Const(1))
+        probe = self.temp(BinOp("*", Subscript(a, (first,)), Subscript(v, (first,))))     # the dtype NumPy gives
+        out = self.temp(Call("np.zeros", (n_out, Attribute(probe, "dtype"))), "correlated")
+        self.emit(If(longer, self.correlation_loops(a, v, out, n_out, False),
+                     self.correlation_loops(v, a, out, n_out, True), self.origin))
+        return out
+
+    def correlation_loops(self, long, short, out, n_out, reverse):
+        """`out[i] += long[i + j] * short[j]` (into `out[n_out - 1 - i]` where `reverse`)."""
+        i, j, at, total = self.fresh("i"), self.fresh("j"), self.fresh("at"), self.fresh("total")
+        self.ctx.ints |= {i, j, at}
+        to = Name(i)
+        inner = [Assign(at, BinOp("+", Name(i), Name(j)), self.origin)]
+        if reverse:
+            to = Name(self.fresh("k"))
+            self.ctx.ints.add(to.id)
+            inner.append(Assign(to.id, BinOp("-", BinOp("-", n_out, Const(1)), Name(i)), self.origin))
+        inner += [Assign(total, BinOp("+", Subscript(out, (to,)),
+                                      BinOp("*", Subscript(long, (Name(at),)), Subscript(short, (Name(j),)))),
+                         self.origin),
+                  Store(out.id, (to,), Name(total), self.origin)]
+        return [For(i, Const(0), n_out, Const(1),
+                    [For(j, Const(0), Subscript(Attribute(short, "shape"), (Const(0),)), Const(1), inner, self.origin)],
+                    self.origin)]
 
     def vandermonde(self, args, kws):
         """`np.vander(x, N=None, increasing=False)` as the loops it is: `out[i, j] = x[i] ** power`."""
