@@ -236,7 +236,13 @@ def two_threads(monkeypatch):
     numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
 
 
-def test_a_parallel_batch_computes_what_the_serial_one_does(two_threads):
+@pytest.fixture
+def parallel_layer(two_threads):
+    if not rows_module.layer_allows_threads():
+        pytest.skip("Numba has no threading layer here that takes parallel code from several threads")
+
+
+def test_a_parallel_batch_computes_what_the_serial_one_does(parallel_layer):
     x0 = rng.uniform(0.5, 1.5, 9)
     x, a = ad.constant(x0), ad.constant(0.9)
     with ad.GradientTape(persistent=True) as tape:
@@ -251,7 +257,7 @@ def test_a_parallel_batch_computes_what_the_serial_one_does(two_threads):
     np.testing.assert_allclose(results[2], fd.T, rtol=1e-6, atol=1e-9)
 
 
-def test_an_error_in_a_parallel_row_is_raised(two_threads, tmp_path):
+def test_an_error_in_a_parallel_row_is_raised(parallel_layer, tmp_path):
     @numba.njit
     def checked_row(x, i):
         if i == 3.0:
