@@ -195,7 +195,7 @@ NONDIFF = frozenset("""
 NOT_DIFFERENTIATED = {name: reason for names, reason in (
     ("np.percentile np.nanpercentile np.quantile np.nanquantile",
      "no rule yet; sort with np.sort (differentiated) and interpolate between neighbours"),
-    ("np.kron np.interp np.cov np.corrcoef",
+    ("np.interp np.cov np.corrcoef",
      "no rule yet; write it as loops over the arrays"),
     ("srcad.rule_vjp", "forward mode (a tangent, ad.jvp, ad.hvp, a forward-mode jacobian) through a function "
      "with a custom VJP (defvjp) is not supported: give it a forward rule with defjvp"),
@@ -367,6 +367,37 @@ def _outer_tangent(args, dargs, ranks, axis):
     return _sum_of((np_.outer(da, b) if da is not None else None, np_.outer(a, db) if db is not None else None))
 
 
+def _kron_tangent(args, dargs, ranks, axis):
+    """np.kron is bilinear: kron(da, b) + kron(a, db) (arguments of one rank, 1 or 2)."""
+    if ranks[0] != ranks[1] or ranks[0] not in (1, 2):
+        return None
+    (a, b), (da, db) = args, dargs
+    return _sum_of((Call("np.kron", (da, b)) if da is not None else None,
+                    Call("np.kron", (a, db)) if db is not None else None))
+
+
+def _kron_transpose(g, args, ranks, k):
+    """`np.kron(a, b)[i * p + r, j * q + c] = a[i, j] * b[r, c]`: the adjoint of argument k is each block of
+    `g` (blocks of `b`'s shape, one per entry of `a`) weighted by the other argument and summed, or each
+    entry's blocks (one per entry of `b`) weighted likewise: a matrix product of `g` regrouped."""
+    if ranks[0] != ranks[1] or ranks[0] not in (1, 2):
+        return None
+    mine, other = args[k], args[1 - k]
+
+    def extent(x, d):
+        return Subscript(Attribute(x, "shape"), (Const(d),))
+    if ranks[0] == 1:                   # g[i * p + r]: rows of a, columns of b
+        blocks = Call("np.reshape", (np_.ascontiguousarray(g), Tuple((extent(args[0], 0), extent(args[1], 0)))))
+        return (blocks @ other if k == 0 else other @ blocks), "exact"
+    m, n, p, q = extent(args[0], 0), extent(args[0], 1), extent(args[1], 0), extent(args[1], 1)
+    grouped = Call("np.reshape", (np_.ascontiguousarray(g), Tuple((m, p, n, q))))
+    order = (0, 2, 1, 3) if k == 0 else (1, 3, 0, 2)          # mine's axes first, the other's last
+    regrouped = np_.ascontiguousarray(Call("np.transpose", (grouped, Tuple(tuple(Const(o) for o in order)))))
+    rows, cols = (BinOp("*", m, n), BinOp("*", p, q)) if k == 0 else (BinOp("*", p, q), BinOp("*", m, n))
+    flat = Call("np.reshape", (regrouped, Tuple((rows, cols)))) @ np_.ravel(other)
+    return _shaped_like(flat, mine), "exact"
+
+
 def _outer_transpose(g, args, ranks, k):
     """np.outer flattens its arguments: the adjoint of argument k is (g or g.T) times the other one,
     flattened, shaped back like argument k."""
@@ -521,6 +552,8 @@ ARRAY_RULES = {
     "srcad.max_along": _extremum_along("srcad.max_along"),
     "srcad.min_along": _extremum_along("srcad.min_along"),
     "np.linalg.norm": ArrayRule(_norm_tangent, (_norm_transpose,), _euclidean),
+    "np.kron": ArrayRule(_kron_tangent, (lambda args, g, ranks, axis: _kron_transpose(g, args, ranks, 0),
+                                         lambda args, g, ranks, axis: _kron_transpose(g, args, ranks, 1))),
     "np.outer": ArrayRule(_outer_tangent, (lambda args, g, ranks, axis: _outer_transpose(g, args, ranks, 0),
                                            lambda args, g, ranks, axis: _outer_transpose(np_.transpose(g), args,
                                                                                          ranks, 1))),
