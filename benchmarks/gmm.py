@@ -44,12 +44,30 @@ def path_of(size, name):
     return rel, p
 
 
-def main():
+def command_line(reps):
+    """The options `--reps` (default `reps`) and `--only d2_K5,...` (datasets by name; all by default)."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=reps)
     ap.add_argument("--only", default="")
-    args = ap.parse_args()
-    only = set(filter(None, args.only.split(",")))
+    return ap.parse_args()
+
+
+def datasets(only):
+    """(size, name, relative path, path) of each dataset named in `only` (a comma list; empty: all) that is on
+    disk; a line for each one missing."""
+    chosen = set(filter(None, only.split(",")))
+    for size, name in DATASETS:
+        if chosen and name not in chosen:
+            continue
+        rel, p = path_of(size, name)
+        if not os.path.exists(p):
+            print("%5s %8s missing %s" % (size, name, p))
+            continue
+        yield size, name, rel, p
+
+
+def main():
+    args = command_line(5)
 
     import srcad as ad
     njit_obj = numba.njit(M.gmm_objective)
@@ -66,13 +84,7 @@ def main():
     print("ADBench GMM, median of %d interleaved reps (seconds)" % args.reps)
     print("%5s %8s %7s %11s %11s %11s %8s %8s %8s %8s" % ("n", "d_K", "params", "njit obj", "srcad obj",
                                                           "srcad grad", "grad/obj", "obj chk", "grad chk", "check"))
-    for size, name in DATASETS:
-        if only and name not in only:
-            continue
-        rel, p = path_of(size, name)
-        if not os.path.exists(p):
-            print("%5s %8s missing %s" % (size, name, p))
-            continue
+    for size, name, rel, p in datasets(args.only):
         data = M.read_gmm(p)
         a = M.gmm_args(data)
         nparams = a[0].size + a[1].size + a[2].size

@@ -14,7 +14,6 @@ points (`(x - mu_k) @ L_k^T`), sums over axes, a log-sum-exp by rows
 Both gradients are checked against each other first (and the objective against
 the loop objective). Pinned to one core (`taskset -c 0`), JAX's thread pool at one.
 """
-import argparse
 import math
 import os
 import sys
@@ -31,7 +30,7 @@ sys.path.insert(0, HERE)
 
 import adbench_models as M  # noqa: E402
 import srcad as ad  # noqa: E402
-from gmm import DATASETS, path_of  # noqa: E402
+from gmm import command_line, datasets  # noqa: E402
 from timing import interleaved  # noqa: E402
 
 
@@ -101,11 +100,7 @@ def jax_gradient(d, K):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--reps", type=int, default=7)
-    parser.add_argument("--only", default="")
-    args = parser.parse_args()
-    only = set(filter(None, args.only.split(",")))
+    args = command_line(7)
     objective = numba.njit(M.gmm_objective)
     f = ad.function(gmm_vectorised)
 
@@ -119,13 +114,7 @@ def main():
     print(f"ADBench GMM the NumPy way, median of {args.reps} interleaved reps; ratios to the numba loop objective")
     print(f"{'n':>4} {'d_K':>8} {'numba obj':>11} {'srcad grad':>11} {'jax grad':>11} {'srcad/obj':>9} "
           f"{'jax/obj':>8} {'srcad/jax':>9}")
-    for size, name in DATASETS:
-        if only and name not in only:
-            continue
-        _, path = path_of(size, name)
-        if not os.path.exists(path):
-            print(f"{size:>4} {name:>8} missing {path}")
-            continue
+    for size, name, _, path in datasets(args.only):
         a = M.gmm_args(M.read_gmm(path))
         d, K = a[3].shape[1], a[0].shape[0]
         reference = objective(*a)

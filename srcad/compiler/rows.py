@@ -19,9 +19,9 @@ not done runs again in the serial function, which raises it. `Rows` compiles
 both lazily (the backend prints and loads them, the callee given by name) and
 runs a batch in parallel where that pays: several threads, and rows measured
 long enough (`PAYS_SECONDS` for the batch) to pay for waking them; and where
-it is safe: a threading layer that takes parallel code from several threads. A batch of
-rows computes what calls row by row compute, to rounding (compiled together,
-the callee may be inlined and its loops vectorised differently).
+it is safe: a threading layer that takes parallel code from several threads.
+A batch of rows computes what calls row by row compute, to rounding (compiled
+together, the callee may be inlined and its loops vectorised differently).
 
 The callee must leave its arguments as it got them (an adjoint that restores
 buffers in place runs row by row instead: `Transformed.adjoint_rows`).

@@ -1174,12 +1174,10 @@ class _Lowerer:
         a, v = (self.as_name(self.atom(x)) for x in args)
         joined = self.temp(Call("np.concatenate", (Tuple((self.temp(Subscript(a, (Slice(Const(1)),))), v)),)))
         out = self.temp(Call("np.zeros_like", (joined,)), "convolved")       # the dtype NumPy gives
-        i, j, k, total = self.fresh("i"), self.fresh("j"), self.fresh("k"), self.fresh("total")
+        i, j, k = self.fresh("i"), self.fresh("j"), self.fresh("k")
         self.ctx.ints |= {i, j, k}
-        inner = [Assign(k, BinOp("+", Name(i), Name(j)), self.origin),       # (stored values are atoms)
-                 Assign(total, BinOp("+", Subscript(out, (Name(k),)),
-                                     BinOp("*", Subscript(a, (Name(i),)), Subscript(v, (Name(j),)))), self.origin),
-                 Store(out.id, (Name(k),), Name(total), self.origin)]
+        inner = [Assign(k, BinOp("+", Name(i), Name(j)), self.origin)] + \
+            self.add_product(out, Name(k), a, Name(i), v, Name(j))
         self.emit(For(i, Const(0), Subscript(Attribute(a, "shape"), (Const(0),)), Const(1),
                       [For(j, Const(0), Subscript(Attribute(v, "shape"), (Const(0),)), Const(1), inner, self.origin)],
                       self.origin))
@@ -1203,7 +1201,7 @@ class _Lowerer:
 
     def correlation_loops(self, long, short, out, n_out, reverse):
         """`out[i] += long[i + j] * short[j]` (into `out[n_out - 1 - i]` where `reverse`)."""
-        i, j, at, total = self.fresh("i"), self.fresh("j"), self.fresh("at"), self.fresh("total")
+        i, j, at = self.fresh("i"), self.fresh("j"), self.fresh("at")
         self.ctx.ints |= {i, j, at}
         to = Name(i)
         inner = [Assign(at, BinOp("+", Name(i), Name(j)), self.origin)]
@@ -1211,13 +1209,18 @@ class _Lowerer:
             to = Name(self.fresh("k"))
             self.ctx.ints.add(to.id)
             inner.append(Assign(to.id, BinOp("-", BinOp("-", n_out, Const(1)), Name(i)), self.origin))
-        inner += [Assign(total, BinOp("+", Subscript(out, (to,)),
-                                      BinOp("*", Subscript(long, (Name(at),)), Subscript(short, (Name(j),)))),
-                         self.origin),
-                  Store(out.id, (to,), Name(total), self.origin)]
+        inner += self.add_product(out, to, long, Name(at), short, Name(j))
         return [For(i, Const(0), n_out, Const(1),
                     [For(j, Const(0), Subscript(Attribute(short, "shape"), (Const(0),)), Const(1), inner, self.origin)],
                     self.origin)]
+
+    def add_product(self, out, at, x, i, y, j):
+        """`out[at] += x[i] * y[j]` as statements: the sum bound to a name first (a stored value is an atom,
+        whose adjoint the reverse pass reads)."""
+        total = self.fresh("total")
+        return [Assign(total, BinOp("+", Subscript(out, (at,)), BinOp("*", Subscript(x, (i,)), Subscript(y, (j,)))),
+                       self.origin),
+                Store(out.id, (at,), Name(total), self.origin)]
 
     def vandermonde(self, args, kws):
         """`np.vander(x, N=None, increasing=False)` as the loops it is: `out[i, j] = x[i] ** power`."""
