@@ -15,7 +15,7 @@ __all__ = [
     "Tensor", "Variable", "constant", "convert_to_tensor", "GradientLostWarning",
     "GradientTape", "UnconnectedGradients", "ForwardAccumulator",
     "stop_gradient", "custom_gradient", "RegisterGradient", "no_gradient", "Operation",
-    "function", "show_source", "TransformError",
+    "function", "show_source", "TransformError", "kernel",
     "grad", "value_and_grad", "vjp", "jvp", "hvp", "hessian",
     "nn", "sigmoid", "relu", "clip_by_norm", "clip_by_value",
 ]
@@ -26,4 +26,7 @@ def __getattr__(name):
     if name == "TransformError":
         from .compiler import TransformError
         return TransformError
+    if name == "kernel":              # numba.cuda loads only for kernels
+        from .cuda import kernel
+        return kernel
     raise AttributeError(f"module 'srcad' has no attribute {name!r}")

@@ -46,6 +46,10 @@ def function(pyfunc=None, *, target="cpu", boundscheck=None):
         check_target(target)
     except ValueError as exc:
         raise ValueError(f"@ad.function: {exc}") from None
+    if target == "cuda":
+        raise ValueError("@ad.function: target='cuda' compiles kernels: write the kernel for numba.cuda and decorate "
+                         "it with @ad.kernel(outputs=[...]) (docs/cuda.md); elementwise functions on the GPU are not "
+                         "built yet")
     if boundscheck not in (None, True, False):
         raise TypeError(f"@ad.function: boundscheck must be True, False or None, got {boundscheck!r}")
     if pyfunc is None:
@@ -653,7 +657,7 @@ def _frozen_function(fn, memo):
     capture_source(fn)
     copy.__dict__.update(fn.__dict__)
     memo[id(fn)] = copy
-    for name in _global_names(fn.__code__):
+    for name in _global_names(fn.__code__) | set(getattr(fn, "__srcad_globals__", ())):    # (names a rewrite adds)
         if name in g:
             scope[name] = frozen(g[name])
     for new, old in zip(cells or (), fn.__closure__ or ()):

@@ -5,7 +5,8 @@ results, not speed, and compiling is most of the suite's time (it runs twice
 as fast). The generated code and Numba's own cache then go to directories of
 the tests' own, so that unoptimized code never serves a user's program or a
 benchmark (srcad's cache key has the level too). Each can be overridden from
-the environment.
+the environment. The GPU tests run under Numba's CUDA simulator unless
+SRCAD_GPU=1 says that a GPU is there (set before numba.cuda loads).
 """
 import os
 
@@ -13,3 +14,5 @@ _TESTS_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "srcad-tests")
 os.environ.setdefault("NUMBA_OPT", "1")
 os.environ.setdefault("SRCAD_CACHE_DIR", _TESTS_CACHE)
 os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(_TESTS_CACHE, "numba"))
+if os.environ.get("SRCAD_GPU") != "1":         # the GPU tests (tests/cuda) run on Numba's CUDA simulator
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"

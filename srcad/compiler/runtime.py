@@ -20,7 +20,7 @@ EXPORTS = ("add_at", "check_index", "check_loop_index", "cotangent_times", "diag
            "prod_slopes_times",
            "list_index", "list_room", "max_along", "min_along", "reciprocal_or_zero", "rule_block", "rule_cotangents", "rule_curvature", "rule_midpoint", "rule_slope",
            "rule_step", "rule_vjp",
-           "shape_differs", "stop_gradient", "store_row", "sum_into", "thread_count", "tile", "tile_like", "trip_count",
+           "shape_differs", "stop_gradient", "store_row", "sum_into", "thread_buffer", "thread_count", "tile", "tile_like", "trip_count",
            "undiff", "unsort", "untile")
 
 _helper = numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
@@ -314,6 +314,12 @@ def thread_count():
     `get_num_threads` reads a ctypes pointer, which keeps code calling it out of Numba's disk cache; this
     calls the threading layer by its linked symbol."""
     return _iget_num_threads()
+
+
+@_helper
+def thread_buffer(shape, dtype):
+    """Storage only the iterations of a parallel loop use (the cuda target keeps it on the device)."""
+    return np.empty(shape, dtype)
 
 
 @_helper

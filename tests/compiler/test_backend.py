@@ -72,10 +72,8 @@ def cache_dir(tmp_path, monkeypatch):
 def test_unknown_target_is_refused_naming_the_targets():
     with pytest.raises(ValueError, match=r"@ad.function: target='gpu' is not available; the targets are 'cpu'"):
         ad.function(product, target="gpu")
-    with pytest.raises(ValueError, match=r"@ad.function: target='cuda' is not available; the targets are 'cpu'"):
-        ad.function(target="cuda")
     with pytest.raises(ValueError, match=r"^target='gpu' is not available; the targets are 'cpu', 'cpu-fixed', "
-                                         r"'cpu-renamed'"):        # (and those other tests registered)
+                                         r"'cpu-renamed', .*'cuda'"):        # (and those other tests registered)
         transform(product, TYPES, (True, False), target="gpu")
 
 

@@ -32,24 +32,26 @@ from numba.core import types as nt
 from ..analysis.types import placeholder
 from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Effect, For, Name, Pop, Push, Reserve, Store,
                   Subscript, Tuple)
-from ..ir.visit import (all_blocks, assigned, blocks, defines, names_in, own_exprs, reads, subexpressions, walk,
-                        written_array)
+from ..ir.visit import (all_blocks, assigned, blocks, defines, names_in, own_exprs, reads,
+                        subexpressions, walk, written_array)
 from ..opt.cleanup import live_in
 
 THREAD_ID, NUM_THREADS = "numba.get_thread_id", "srcad.thread_count"
 
 
-def serial_where_unsafe(fn):
+def serial_where_unsafe(fn, atomic_sums=False):
     """Make every parallel loop of `fn` (generated code, just before the target prints it) serial
     unless running its iterations at once computes what running them in order does; returns `fn`.
     The forward of a loop the user wrote with prange can differ from the primal in ways Numba would
     not run in parallel: a stack pushed in it, an array reduction turned into stores (`acc += v`),
-    a name bound in it and read after it (kept for the adjoint). Numba's own rules are then kept."""
+    a name bound in it and read after it (kept for the adjoint). Numba's own rules are then kept.
+    `atomic_sums`: the target adds into shared places atomically (`Policy.shared_sums`), so an array
+    the iterations only add into is no reason to run them in order."""
     loops = [s for s in walk(fn.body) if isinstance(s, For) and s.parallel]
     if loops:
         live_after = _live_after(fn)
         for loop in loops:
-            loop.parallel = _independent(fn, loop, live_after[id(loop)])
+            loop.parallel = _independent(fn, loop, live_after[id(loop)], atomic_sums)
     return fn
 
 
@@ -60,7 +62,7 @@ def _live_after(fn):
     return marks
 
 
-def _independent(fn, loop, live_after):
+def _independent(fn, loop, live_after, atomic_sums):
     """Do the iterations of parallel `loop` share only scalar reductions, stacks of their own and
     elements indexed by the loop index (or by the thread running them: partial sums)?"""
     body = loop.body
@@ -78,8 +80,8 @@ def _independent(fn, loop, live_after):
         return False
     threads = {t.target for t in body if isinstance(t, Assign) and t.value == Call(THREAD_ID)}
     written = {written_array(t) for t in walk(body)} - {None}
-    return all(a in bound and a not in exposed or any(_disjoint(body, a, v) for v in {loop.var} | threads)
-               for a in written)
+    return all(a in bound and a not in exposed or any(disjoint(body, a, v) for v in {loop.var} | threads)
+               or atomic_sums and _only_added_into(body, a) for a in written)
 
 
 def _is_reduction(fn, t, reductions):
@@ -95,11 +97,13 @@ def _is_reduction(fn, t, reductions):
     return other is not None and not names_in(other) & reductions
 
 
-def reversed_in_parallel(fn, local, loop, rerun, back, own_stacks):
+def reversed_in_parallel(fn, local, loop, rerun, back, own_stacks, shared_sums="partials"):
     """The adjoint of checkpointed parallel `loop` as statements running its iterations in parallel
     (`rerun`: one iteration computed again, `back`: its reverse), or None where it must run serially.
     `local` is the reverse pass's LocalAdjoints (adjoint names and their initial values); `own_stacks`
-    the stacks the re-run iteration saves into (made afresh in each iteration by the target)."""
+    the stacks the re-run iteration saves into (made afresh in each iteration by the target).
+    `shared_sums` is the policy's (`saving.Policy`): with "atomic" the accumulations into shared places
+    stay as they are, for the target to print as atomic adds."""
     own = assigned(loop.body) - live_in(loop.body, set())      # bound before read in every iteration
     if not loop.parallel or loop.var in assigned(loop.body) or (own | {loop.var}) & _live_after(fn)[id(loop)]:
         return None                # (the adjoints of names read after the loop do not start at zero)
@@ -109,7 +113,7 @@ def reversed_in_parallel(fn, local, loop, rerun, back, own_stacks):
     if shared is None:
         return None
     before, after = [], []
-    if shared:
+    if shared and shared_sums == "partials":
         thread = fn.names.fresh("thread")
         fn.types[thread] = nt.intp
         parts = {}
@@ -148,7 +152,7 @@ def _shared_sums(fn, loop, body, own_stacks):
             shared |= names
     written = {written_array(t) for t in walk(body)} - {None}
     for a in written & exposed:                    # arrays of the code around the loop
-        if _disjoint(body, a, loop.var):
+        if disjoint(body, a, loop.var):
             continue
         if not all(isinstance(t, Accumulate) for t in walk(body) if written_array(t) == a):
             return None
@@ -163,14 +167,16 @@ def _only_added_into(body, a):
             index = t.target.index if isinstance(t.target, Subscript) else ()
             if a in names_in(t.value) or any(a in names_in(i) for i in index):
                 return False
-        elif a in reads(t):
+        elif a in reads(t) and not isinstance(t, Effect):      # (an index check reads the shape alone)
             return False
     return True
 
 
-def _disjoint(body, a, var):
+def disjoint(body, a, var):
     """Is every use of array `a` in `body` an element or a region indexed by the loop index `var`,
-    in the same axis (so that two iterations never touch the same element)?"""
+    in the same axis (so that two iterations never touch the same element)? A name bound once in
+    `body` to the loop index (`i = t`, a kernel's `i = cuda.grid(1)`) is the loop index too."""
+    place = own_places(body, var)
     axes = set()
     for t in walk(body):
         if isinstance(t, Effect):
@@ -181,10 +187,57 @@ def _disjoint(body, a, var):
         for e in exprs:
             for x in subexpressions(e):
                 if isinstance(x, Subscript) and x.base == Name(a):
-                    axes.add(next((k for k, i in enumerate(x.index) if i == Name(var)), None))
+                    axes.add(place(x.index))
                 elif x == Name(a) and not _under_subscript_or_shape(e, a):
                     return False
     return len(axes) == 1 and None not in axes
+
+
+def own_places(body, var):
+    """A function telling where an index tuple holds the iteration's own coordinates (None if it
+    does not): `("axis", k)` where axis k holds the loop index `var` (or a name `body` binds only to a
+    copy of it), `("pair", p, q)` where axes p and q hold `var % w` and `var // w` for one `w` the
+    same in every iteration (a two-dimensional grid: `x, y = cuda.grid(2)`)."""
+    values = {}
+    for t in walk(body):
+        for n in defines(t):
+            values.setdefault(n, set()).add(t.value if isinstance(t, Assign) else None)
+    bound = set(values)
+    own, grew = {var}, True
+    while grew:
+        more = {n for n, vs in values.items() if n not in own and all(isinstance(v, Name) and v.id in own for v in vs)}
+        own |= more
+        grew = bool(more)
+
+    def invariant(w):
+        """`w` as an expression of names the same in every iteration (a name bound once to one
+        is that expression), or None."""
+        if isinstance(w, Name) and w.id in values:
+            vs = values[w.id]
+            w = next(iter(vs)) if len(vs) == 1 else None
+        return w if w is not None and not names_in(w) & bound else None
+
+    def split(op):
+        """{name: w} of the names bound only to `own <op> w`, w the same in every iteration."""
+        out = {}
+        for n, vs in values.items():
+            if len(vs) == 1 and isinstance(v := next(iter(vs)), BinOp) and v.op == op \
+                    and isinstance(v.left, Name) and v.left.id in own and invariant(v.right) is not None:
+                out[n] = invariant(v.right)
+        return out
+    mods, divs = split("%"), split("//")
+
+    def place(index):
+        names = [i.id if isinstance(i, Name) else None for i in index]
+        for k, n in enumerate(names):
+            if n in own:
+                return ("axis", k)
+        for p, m in enumerate(names):
+            for q, d in enumerate(names):
+                if m in mods and d in divs and mods[m] == divs[d]:
+                    return ("pair", p, q)
+        return None
+    return place
 
 
 def _under_subscript_or_shape(e, a):

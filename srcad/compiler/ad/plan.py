@@ -125,15 +125,19 @@ class SavePlan:
         """Checkpoint `loop` when that saves fewer values per iteration than taping it (True if chosen).
         Not where storage cannot grow: the saves of an iteration run again in the adjoint depend on
         values it restores there (`n = pop(...)` before `for j in range(n)`), which the call cannot
-        count beforehand."""
-        cp = checkpoint_candidate(self.fn, loop, self.facts, self.active) if self.policy.growable else None
+        count beforehand. (A parallel loop whose iterations share only sums is the exception: each
+        iteration runs again from the values every iteration starts from, and the target sizes its
+        storage per iteration.)"""
+        alone = loop.parallel and carries_only_sums(loop, self._adjoint_reads(loop))
+        cp = checkpoint_candidate(self.fn, loop, self.facts, self.active) if self.policy.growable or alone \
+            else None
         if cp is None:
             return False
         ctx = Context(loop.body, cp)
         ctx.req = self._required(ctx)
         carried = sorted(v for v in self._iteration_live_in(loop, ctx) & cp.assigned if v != loop.var)
         scalars = all(isinstance(self.types.get(v), (nt.Number, nt.Boolean)) for v in carried)
-        if loop.parallel and carries_only_sums(loop, self._adjoint_reads(loop)):
+        if alone:
             carried = []          # iterations that run at once: checkpointed, nothing saved per iteration
         elif len(carried) >= self._tape_cost(loop) or not scalars:
             return False

@@ -223,7 +223,8 @@ class _Reverse:
         if loop.parallel and not cp.carried:
             rerun = rerun_alone(self.fn, loop, rerun, back)
         after = [t for v in reversed(self.plan.entry_saves(loop, ctx)) for t in self._value_save(loop, ctx, v)[1]]
-        parallel = reversed_in_parallel(self.fn, self.local, loop, rerun, back, set(self.stacks[inner]))
+        parallel = reversed_in_parallel(self.fn, self.local, loop, rerun, back, set(self.stacks[inner]),
+                                        self.policy.shared_sums)
         return (parallel or [_reversed_loop(loop, body + rerun + back)]) + after
 
     def _replays(self, loop):

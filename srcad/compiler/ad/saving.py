@@ -31,7 +31,7 @@ from ..errors import SUBSET_DOC, TransformError
 from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Effect, For, If, Name, Pop, Push, Reserve, Slice,
                   Store, Subscript, Tuple, UnaryOp, While)
 from ..ir.facts import Aliasing
-from ..ir.visit import (assigned, blocks, defines, names_in, reads, rewrite_top_down, subexpressions, substitute, walk,
+from ..ir.visit import (assigned, blocks, defines, names_in, own_exprs, reads, rewrite_top_down, subexpressions, substitute, walk,
                         written_array)
 from .local import value_names
 from .rules import ELEMENTWISE, JOINS
@@ -42,9 +42,13 @@ class Policy:
     """Where a target may keep saved values. `growable`: stacks may grow while the code runs (CPU:
     room is reserved once before the outermost loop whose pushes can be counted, and checked where
     they cannot, as in a while loop). Without it (a GPU thread) each stack is sized exactly before the
-    call (`Stack.size`, from `save_sizes`), and values saved where no count exists are refused."""
+    call (`Stack.size`, from `save_sizes`), and values saved where no count exists are refused.
+    `shared_sums`: how the adjoint of a parallel loop adds what several iterations add into one place:
+    "partials" (a partial sum per thread, summed after the loop) or "atomic" (the target prints such
+    an accumulation as an atomic add: a GPU's threads outnumber any partial sums)."""
     name: str = "cpu"
     growable: bool = True
+    shared_sums: str = "partials"
 
 
 CPU = Policy("cpu", growable=True)
@@ -310,8 +314,8 @@ def checkpoint_candidate(fn, loop, facts, active):
     inner = list(walk(loop.body))
     if not any(defines(t) & active or written_array(t) in active for t in inner):
         return None
-    if any(isinstance(t, (Push, Pop, Accumulate, While)) for t in inner):
-        return None
+    if any(isinstance(t, (Push, Pop, While)) or isinstance(t, Accumulate) and written_array(t) is None for t in inner):
+        return None             # (adding into an array's elements is a write like a store)
     arrays = {t.target for t in inner if isinstance(t, Assign) and isinstance(fn.types.get(t.target), nt.Array)}
     if arrays & _exposed(loop.body) or not all(_made_afresh(fn, a, inner) for a in arrays):
         return None
@@ -320,8 +324,9 @@ def checkpoint_candidate(fn, loop, facts, active):
     for t in inner:
         if isinstance(t, Effect):
             continue            # an index check reads shapes, not values
-        value_read |= (set().union(*(names_in(e) for e in (*t.index, t.value)))) if isinstance(t, Store) \
-            else reads(t)
+        exprs = (*t.index, t.value) if isinstance(t, Store) else \
+            (*t.target.index, t.value) if isinstance(t, Accumulate) and written_array(t) else own_exprs(t)
+        value_read |= set().union(*(value_names(e) for e in exprs))
     external = stored - value_read
     scratch = stored & value_read
     if not all(_rewritten_first(fn, a, loop) for a in scratch):

@@ -75,7 +75,8 @@ class Backend(abc.ABC):
 
 # ---- the registry -----------------------------------------------------------------------------------
 
-_KNOWN = {"cpu": "srcad.compiler.backends.numba_cpu:NumbaCPU"}     # name -> "module:class", loaded on first use
+_KNOWN = {"cpu": "srcad.compiler.backends.numba_cpu:NumbaCPU",
+          "cuda": "srcad.compiler.backends.numba_cuda:NumbaCUDA"}     # name -> "module:class", loaded on first use
 _BACKENDS = {}
 _LOCK = threading.Lock()
 

@@ -21,7 +21,7 @@ import numpy as np
 from ..ad.rules import is_elementwise
 from ..errors import RuleError, TransformError, where
 from ..runtime import EXPORTS, freeze
-from ..ir import (Assign, Attribute, BinOp, Call, Compare, Const, Effect, For, Function, Global, If, Name, Names, Slice,
+from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Compare, Const, Effect, For, Function, Global, If, Name, Names, Slice,
                   Store, Subscript, Tuple, UnaryOp, While)
 from ..ir.facts import Lowered
 from ..ir.forms import is_atom, is_shape_entry, is_tree
@@ -278,6 +278,12 @@ def folded(e):
     return Const(value) if isinstance(value, (bool, int, float)) else e
 
 
+def add_into(array, index, value):
+    """`array[index] += value`, made by many threads at once: a kernel's `cuda.atomic.add`
+    (srcad/cuda/kernels.py), lowered to an accumulation, never a read and a write."""
+    array[index] += value
+
+
 class _Lowerer:
     """Lowers one function body (the top function or an inlined helper)."""
 
@@ -454,9 +460,21 @@ class _Lowerer:
             return                # a string standing as a comment, as Numba ignores it
         if not isinstance(s.value, ast.Call):
             raise self.err(s, "expression statement", "assign the value to a name or remove it")
+        callee = self.callee(s.value.func)
+        if callee is not None and callee.pyfunc is add_into:
+            self.add_into(*s.value.args)
+            return
         e = self.expr(s.value)
         if isinstance(e, Call):
             self.temp(e)
+
+    def add_into(self, array, index, value):
+        """`add_into(a, i, v)`: an element accumulation, which threads running at once may make into
+        one element (a kernel's `cuda.atomic.add`)."""
+        element = self.expr(ast.Subscript(array, index, ast.Load()))
+        if not isinstance(element, Subscript):
+            raise self.err(array, "adding into something other than one array element", "add into `a[i]`")
+        self.emit(Accumulate(element, self.atom(value), origin=self.origin))
 
     def stmt_Assign(self, s):
         if len(s.targets) != 1:

@@ -72,6 +72,9 @@ def load(pyfunc, helper=False):
     tree = module.body[0]
     if not isinstance(tree, ast.FunctionDef):
         raise TransformError(f"{pyfunc.__name__}: expected a `def` function")
+    rewrite = getattr(pyfunc, "__srcad_rewrite__", None)
+    if rewrite is not None:            # a kernel's body read as one thread's (srcad/cuda/kernels.py)
+        tree = rewrite(tree)
     namespace = dict(pyfunc.__globals__)
     if pyfunc.__closure__:
         for name, cell in zip(pyfunc.__code__.co_freevars, pyfunc.__closure__):

@@ -21,7 +21,9 @@ accumulation in a register:
 An accumulation qualifies when it sits in a for loop's body (directly, or in a
 branch of it: an adjoint runs only where its cotangent is not zero), adds into
 one element (an index per axis), its index names are not bound in that body,
-and its array appears nowhere else in the body.
+and its array is used in the body only by such accumulations (a shared
+parameter `d_p[0] += ...; d_p[1] += ...` several times per iteration): each
+element gets a local, and the sums are added in after the loop.
 """
 from numba.core import types as nt
 
@@ -62,20 +64,22 @@ def _in_body(stmts):
 def _hoist(fn, loop):
     bound = assigned(loop.body) | {loop.var}
     before, after = [], []
+    totals = {}                  # (array, index) -> the local summing into that element
     for block, k, s in list(_in_body(loop.body)):
         element = _element(fn, s)
         if element is None:
             continue
         array, index = element
-        if set().union(*(names_in(i) for i in index)) & bound or array in names_in(s.value) \
-                or _used_elsewhere(loop.body, s, array):
+        if set().union(*(names_in(i) for i in index)) & bound or not _only_added_into(loop.body, array):
             continue
-        total = fn.names.fresh(f"{array}_sum")
-        fn.types[total] = nt.float64
+        total = totals.get(element)
+        if total is None:
+            total = totals[element] = fn.names.fresh(f"{array}_sum")
+            fn.types[total] = nt.float64
+            before.append(Assign(total, Const(0.0)))
+            after.append(If(Compare("!=", Name(total), Const(0.0)),
+                            [Accumulate(Subscript(Name(array), index), Name(total), origin=s.origin)]))
         block[k] = Accumulate(Name(total), s.value, origin=s.origin)
-        before.append(Assign(total, Const(0.0)))
-        after.append(If(Compare("!=", Name(total), Const(0.0)),
-                        [Accumulate(Subscript(Name(array), index), Name(total), origin=s.origin)]))
     return before, after
 
 
@@ -92,10 +96,13 @@ def _element(fn, s):
     return base.id, index
 
 
-def _used_elsewhere(body, s, array):
+def _only_added_into(body, array):
+    """Is `array` used in `body` only as the target of element accumulations (so that sums of them
+    may be added in any order, several elements at once)?"""
     for t in walk(body):
-        if t is s:
-            continue
-        if written_array(t) == array or any(array in names_in(e) for e in own_exprs(t)):
-            return True
-    return False
+        if isinstance(t, Accumulate) and isinstance(t.target, Subscript) and t.target.base == Name(array):
+            if array in names_in(t.value) or any(array in names_in(i) for i in t.target.index):
+                return False
+        elif written_array(t) == array or any(array in names_in(e) for e in own_exprs(t)):
+            return False
+    return True

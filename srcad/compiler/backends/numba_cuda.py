@@ -1,0 +1,390 @@
+"""The GPU target: each parallel loop of a generated function is a CUDA kernel, one thread per iteration.
+
+`@ad.kernel` (srcad/cuda) writes a numba.cuda kernel as a function whose body
+is one parallel loop over the threads of the launch; the passes differentiate
+it like any parallel loop (each iteration of the adjoint runs its thread again
+and then reverses it). This target prints what comes out:
+
+* a parallel loop (not inside another one) becomes a `@cuda.jit` kernel,
+  thread `t` running iteration `t`; its inputs are the names it reads from the
+  code around it, and the host code launches it through `launch.run_threads`;
+* the rest of the function is host code, plain Python on NumPy arrays;
+* an accumulation that several threads may make into the same place (a shared
+  parameter `d_w[k]`, a gather `d_x[idx[i]]`, a scalar of the host code) is a
+  `cuda.atomic.add`; one into an element only its own thread touches (indexed
+  by the loop index in one axis: `parallel.disjoint`) is a plain `+=`;
+* a stack an iteration saves into is a per-thread column of one buffer,
+  `[height, thread]`, sized before the launch (the policy has no growable
+  storage): neighbouring threads touch neighbouring addresses;
+* index checks record the first failure in an error record the host reads.
+
+The CPU printing of each function is kept beside it (`<name>_cpu`) for the
+typing of the primal, which Numba's CPU inference does.
+"""
+from dataclasses import replace
+
+from numba.core import types as nt
+
+from ...cuda import device, launch
+from ..ad.parallel import disjoint, serial_where_unsafe
+from ..ad.saving import Policy, Unsized, save_sizes
+from ..errors import TransformError
+from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Effect, For, Global, If, Name, Pop, Push,
+                  Reserve, Store, Subscript, Tuple, While)
+from ..ir.printer import Printer, Writer, expr_text
+from ..ir.visit import all_blocks, assigned, map_children, names_in, own_exprs, walk, written_array
+from . import numba_cpu
+from .cache import import_source
+
+SUBSET_DOC = "docs/cuda.md"
+HEADER = "\n".join(["import math", "import numpy as np", "import numba", "from numba import cuda",
+                    "from srcad.cuda import device as cuda_device",
+                    "from srcad.cuda import launch as cuda_launch", ""])
+
+
+# ---- lowering ---------------------------------------------------------------------------------------
+
+def lower_for_cuda(fn):
+    """`fn` with its stacks as per-thread columns of buffers the host makes; in place, returns `fn`."""
+    serial_where_unsafe(fn, atomic_sums=True)
+    for block in all_blocks(fn.body):
+        block[:] = [t for s in block for t in (_thread_stacks(fn, s) if _is_kernel(s) else [s])]
+    left = [t for t in walk(fn.body) if isinstance(t, (Push, Pop, Reserve))]
+    if left:
+        raise _refusal(fn, left[0], "values saved outside the threads of a kernel",
+                       "saved values are kept per thread; the code around the threads saves nothing")
+    return fn
+
+
+def _is_kernel(s):
+    return isinstance(s, For) and s.parallel
+
+
+def _thread_stacks(fn, loop):
+    """The statements making the buffers of the stacks `loop`'s iterations use, then `loop`, each push
+    and pop of theirs an element of the thread's column."""
+    inner = sorted({t.stack for t in walk(loop.body) if isinstance(t, (Push, Pop, Reserve))})
+    if not inner:
+        return [loop]
+    try:
+        sizes = save_sizes(loop.body, inner, fn.types, fn.names)
+    except Unsized as why:
+        raise _refusal(fn, why.stmt, "values saved in a loop whose trip count is not known when the kernel starts",
+                       "bound the loop by the arguments (`for k in range(n_steps):`)") from None
+    threads = fn.names.fresh("threads")
+    fn.types[threads] = nt.intp
+    before = [Assign(threads, _trips(loop), loop.origin)]
+    starts = []
+    for k in inner:
+        stack, size = fn.stacks[k], sizes[k]
+        if isinstance(stack.item, nt.Array):
+            raise _refusal(fn, loop, "arrays saved inside a kernel", "save scalars: a kernel's thread cannot "
+                           "allocate arrays")
+        host = set(fn.params) | _bound_outside(fn, loop)
+        free = set().union(*(names_in(e) for e in own_exprs_all(size.setup) + [size.count])) - assigned(size.setup)
+        if not free <= host:
+            raise _refusal(fn, loop, "values saved in a loop whose trip count differs from thread to thread",
+                           "bound the loop by the arguments, the same for every thread")
+        dtype = "bool_" if isinstance(stack.item, nt.Boolean) else str(stack.item)
+        shape = Tuple((size.count, Name(threads)))
+        before += list(size.setup) + [Assign(k, Call("srcad.thread_buffer", (shape, Global(f"np.{dtype}"))),
+                                             loop.origin)]
+        fn.types[k] = nt.Array(stack.item, 2, "C")
+        fn.types[stack.top] = nt.intp
+        starts.append(Assign(stack.top, Const(0), loop.origin))
+    for block in all_blocks(loop.body):
+        block[:] = [t for s in block for t in _column_op(fn, s, loop.var)]
+    loop.body[:0] = starts
+    return before + [loop]
+
+
+def own_exprs_all(stmts):
+    return [e for s in walk(list(stmts)) for e in own_exprs(s)]
+
+
+def _bound_outside(fn, loop):
+    inside = {id(t) for t in walk(loop.body)}
+    return {n for t in walk(fn.body) if id(t) not in inside and t is not loop for n in _binds(t)}
+
+
+def _binds(t):
+    return {t.target} if isinstance(t, Assign) else {t.var} if isinstance(t, For) else set()
+
+
+def _column_op(fn, s, thread):
+    """A push, pop or reserve of a per-thread stack as an element of the thread's column."""
+    if not isinstance(s, (Push, Pop, Reserve)):
+        return [s]
+    if isinstance(s, Reserve):
+        return []
+    top, buf = fn.stacks[s.stack].top, s.stack
+    if isinstance(s, Push):
+        return [Store(buf, (Name(top), Name(thread)), s.value, s.origin),
+                Assign(top, BinOp("+", Name(top), Const(1)), s.origin)]
+    value = Subscript(Name(buf), (Name(top), Name(thread)))
+    drop = Assign(top, BinOp("-", Name(top), Const(1)), s.origin)
+    if isinstance(s.target, Name):
+        return [drop, Assign(s.target.id, value, s.origin)]
+    return [drop, Store(s.target.base.id, s.target.index, value, s.origin)]
+
+
+def _trips(loop):
+    """How many iterations `loop` runs (threads of its kernel), as host code computes it."""
+    return Call("len", (Call("range", (loop.start, loop.stop, loop.step)),))
+
+
+def _refusal(fn, s, construct, hint):
+    where = f"line {s.origin.line}: `{s.origin.text}`" if getattr(s, "origin", None) is not None else "generated code"
+    return TransformError(f"{fn.name}: {construct} ({where}) cannot run on the cuda target. Hint: {hint} "
+                          f"(see {SUBSET_DOC})")
+
+
+# ---- printing ---------------------------------------------------------------------------------------
+
+class _Kernel:
+    """A parallel loop printed as a kernel: its name, parameters (names of the host code it reads,
+    scalars of the host code it adds into as one-element `cells`) and the arrays it writes."""
+
+    def __init__(self, fn, loop, name):
+        self.fn, self.loop, self.name = fn, loop, name
+        body = loop.body
+        inside = assigned(body) - {t.target.id for t in walk(body) if isinstance(t, Accumulate)
+                                   and isinstance(t.target, Name) and not _bound_by_assignment(body, t.target.id)}
+        used = set()
+        for t in walk(body):
+            used |= set().union(*(names_in(e) for e in own_exprs(t))) | ({t.array} if isinstance(t, Store) else set())
+            if isinstance(t, Accumulate) and isinstance(t.target, Name):
+                used.add(t.target.id)
+        used |= names_in(loop.start) | names_in(loop.step)
+        self.params = sorted(used - inside - {loop.var})
+        self.cells = {t.target.id for t in walk(body) if isinstance(t, Accumulate) and isinstance(t.target, Name)
+                      and t.target.id in self.params}
+        for c in self.cells:
+            if isinstance(fn.types.get(c), nt.Array):
+                raise _refusal(fn, loop, "a whole array added into by every thread", "add into its elements")
+        self.written = [k for k, p in enumerate(self.params)
+                        if p in self.cells or any(written_array(t) == p for t in walk(body))]
+        self.own = {a for a in {written_array(t) for t in walk(body)} - {None} if disjoint(body, a, loop.var)}
+        taken = set(self.params) | assigned(body) | {loop.var}
+        self.errors = _fresh("errors", taken)
+        self.count = _fresh("count", taken)
+        self.index = _fresh("index", taken)
+
+    def cell(self, name):
+        return f"{name}_cell"
+
+
+def _maybe_array(fn, a):
+    """Is `a` an array, or of a type not known yet (the primal is printed before it is typed)?"""
+    ty = fn.types.get(getattr(a, "id", None))
+    return ty is None or isinstance(ty, nt.Array)
+
+
+def _bound_by_assignment(body, name):
+    return any(isinstance(t, (Assign, Pop)) and name in {getattr(t, "target", None),
+                                                         getattr(getattr(t, "target", None), "id", None)}
+               for t in walk(body))
+
+
+def _fresh(base, taken):
+    name, k = base, 2
+    while name in taken:
+        name, k = f"{base}{k}", k + 1
+    return name
+
+
+class _KernelPrinter(Printer):
+    """The body of a kernel: atomics where threads may share an element, device helpers, checks that
+    record their failure."""
+
+    def __init__(self, kernel):
+        super().__init__(kernel.fn.types)
+        self.k = kernel
+
+    def stmt_text(self, s):
+        fn, k = self.k.fn, self.k
+        if isinstance(s, Accumulate):
+            if s.reduce or (isinstance(s.target, Name) and isinstance(fn.types.get(s.target.id), nt.Array)):
+                raise _refusal(fn, s, "an array added into as a whole inside a kernel", "add element by element")
+            value = s.value
+            if isinstance(s.target, Name) and s.target.id in k.cells:
+                return f"cuda.atomic.add({k.cell(s.target.id)}, 0, {self.expr(value)})"
+            if isinstance(s.target, Subscript) and s.target.base.id not in k.own:
+                index = s.target.index
+                at = self.expr(index[0]) if len(index) == 1 else self.expr(Tuple(index))
+                return f"cuda.atomic.add({s.target.base.id}, {at}, {self.expr(value)})"
+        if isinstance(s, Effect):
+            return self._effect(s)
+        return super().stmt_text(s)
+
+    def _effect(self, s):
+        call, k = s.call, self.k
+        if call.fn == "srcad.check_index":
+            a, axis, i, site = call.args
+            if not _maybe_array(k.fn, a):
+                return "pass"
+            size = Subscript(Attribute(a, "shape"), (axis,))
+            return f"if cuda_device.index_fails({k.errors}, {self.expr(size)}, {self.expr(i)}, {self.expr(site)}): return"
+        if call.fn == "srcad.check_loop_index":
+            a, axis, start, stop, step, scale, offset, site, runs = call.args
+            if not _maybe_array(k.fn, a):
+                return "pass"
+            size = self.expr(Subscript(Attribute(a, "shape"), (axis,)))
+            trips = f"cuda_device.trip_count({self.expr(start)}, {self.expr(stop)}, {self.expr(step)})"
+            first = f"{self.expr(scale)} * {self.expr(start)} + {self.expr(offset)}"
+            last = f"{first} + ({trips} - 1) * ({self.expr(scale)} * {self.expr(step)})"
+            fails = "cuda_device.index_fails"
+            return (f"if {trips} > 0 and {self.expr(runs)} > 0 and ({fails}({k.errors}, {size}, {first}, "
+                    f"{self.expr(site)}) or {fails}({k.errors}, {size}, {last}, {self.expr(site)})): return")
+        raise _refusal(k.fn, s, f"`{expr_text(call)}`", "kernels run arithmetic, math calls and array elements")
+
+    def expr(self, e):
+        return super().expr(_runtime_calls(self.k.fn, e, "cuda_device", device.NAMES))
+
+    def kernel(self, w):
+        k, loop = self.k, self.k.loop
+        params = [k.cell(p) if p in k.cells else p for p in k.params]
+        w.line(0, "@cuda.jit")
+        w.line(0, f"def {k.name}({', '.join([k.count] + params + [k.errors])}):")
+        w.line(1, f"{k.index} = cuda.grid(1)")
+        w.line(1, f"if {k.index} < {k.count}:")
+        start, step = self.expr(loop.start), self.expr(loop.step)
+        first = f"{k.index}" if loop.step == Const(1) else f"{k.index} * {step}"
+        w.line(2, f"{loop.var} = {first}" if loop.start == Const(0) else f"{loop.var} = {start} + {first}",
+               loop.origin)
+        self.block(w, loop.body, 2)
+        w.line(0, "")
+        w.line(0, "")
+
+
+class _HostPrinter(Printer):
+    """The host code of a function: its parallel loops launch their kernels."""
+
+    def __init__(self, fn, kernels):
+        super().__init__(fn.types)
+        self.fn, self.kernels = fn, kernels
+
+    def stmt(self, w, s, indent):
+        if _is_kernel(s):
+            k = self.kernels[id(s)]
+            w.comment(indent, s.origin)
+            for c in sorted(k.cells):
+                w.line(indent, f"{k.cell(c)} = np.zeros(1)", s.origin)
+            args = ", ".join(k.cell(p) if p in k.cells else p for p in k.params)
+            count = self.expr(_trips(s))
+            written = "".join(f"{i}, " for i in k.written)
+            w.line(indent, f"cuda_launch.run_threads({k.name}, {count}, ({args}{',' if len(k.params) == 1 else ''}), "
+                           f"({written}))", s.origin)
+            for c in sorted(k.cells):
+                w.line(indent, f"{c} += {k.cell(c)}[0]", s.origin)
+            w.end_block()
+            return
+        if isinstance(s, (For, While)):
+            raise _refusal(self.fn, s, "a loop whose iterations cannot run as independent threads",
+                           "threads of a kernel may share only sums; keep what one thread computes in its own "
+                           "locals and elements")
+        super().stmt(w, s, indent)
+
+    def expr(self, e):
+        return super().expr(_runtime_calls(self.fn, e, "cuda_launch", launch.HOST_NAMES))
+
+
+def _runtime_calls(fn, e, module, names):
+    """`e` with srcad's runtime helpers called from `module` (the host's or the device's versions);
+    a helper `names` does not hold is refused."""
+    def visit(x):
+        x = map_children(x, visit)
+        if isinstance(x, Call) and x.fn.startswith("srcad."):
+            name = x.fn[len("srcad."):]
+            if name not in names:
+                raise TransformError(f"{fn.name}: `{name}` has no version for the cuda target: this operation "
+                                     f"cannot run in a kernel or around it (see {SUBSET_DOC})")
+            return replace(x, fn=f"{module}.{name}")
+        return x
+    return visit(e)
+
+
+def _kernels(fn):
+    """{id(loop): _Kernel} for the parallel loops of `fn` outside other parallel loops."""
+    found, count = {}, 0
+
+    def visit(stmts):
+        nonlocal count
+        for s in stmts:
+            if _is_kernel(s):
+                found[id(s)] = _Kernel(fn, s, f"{fn.name}_threads{count}")
+                count += 1
+            elif isinstance(s, If):
+                visit(s.body)
+                visit(s.orelse)
+    visit(fn.body)
+    return found
+
+
+def function_writer(fn, w=None):
+    """The kernels and the host function of `fn`, then its CPU printing (`<name>_cpu`, for typing)."""
+    w = w or Writer()
+    kernels = _kernels(fn)
+    for k in kernels.values():
+        _KernelPrinter(k).kernel(w)
+    _HostPrinter(fn, kernels).function(fn, w)
+    return w
+
+
+def function_source(fn, prefix):
+    return function_writer(fn).text()
+
+
+def module_source(functions, prefix):
+    body = Writer()
+    for fn in functions:
+        function_writer(fn, body)
+        body.line(0, "")
+        body.line(0, "")
+    cpu, _ = numba_cpu.module_source([replace(fn, name=f"{fn.name}_cpu") for fn in functions], prefix)
+    head = HEADER + "\n\n"
+    text = head + body.text().rstrip("\n") + "\n\n\n" + cpu
+    origins = [None] * head.count("\n") + body.origins
+    return text, origins + [None] * (text.count("\n") - len(origins))
+
+
+class Host:
+    """A generated host function; `cpu` is the same function for the CPU (compiled when typing asks)."""
+
+    def __init__(self, run, cpu):
+        self.run, self._cpu, self._jitted = run, cpu, None
+        self.__name__ = run.__name__
+
+    def __call__(self, *args):
+        return self.run(*args)
+
+    def cpu(self):
+        if self._jitted is None:
+            self._jitted = numba_cpu.jit(self._cpu)
+        return self._jitted
+
+
+class NumbaCUDA(numba_cpu.NumbaCPU):
+    """Kernels for one thread per iteration of each parallel loop, host code around them (see module)."""
+    name = "cuda"
+    policy = Policy("cuda", growable=False, shared_sums="atomic")
+
+    def types(self, dispatcher, arg_types, compile_it):
+        return numba_cpu.primal_types(dispatcher.cpu(), arg_types, False)
+
+    def lower(self, fn):
+        return lower_for_cuda(fn)
+
+    def module_source(self, functions, prefix):
+        return module_source(functions, prefix)
+
+    def function_source(self, fn, prefix):
+        return function_source(fn, prefix)
+
+    def load(self, path, source, name, callees=None):
+        module = import_source(path, source)
+        vars(module).update(callees or {})
+        return Host(getattr(module, name), getattr(module, f"{name}_cpu"))
+
+    def load_cached(self, dispatcher, args):
+        return False

@@ -1,0 +1,279 @@
+"""`@ad.kernel`: a numba.cuda kernel, differentiable, launched as in Numba (`k[blocks, threads](args)`).
+
+A kernel is read as a function of its launch: one parallel loop over the
+threads of the grid, each iteration running the kernel's body for one thread
+(an inlined helper), and returning the buffers named in `outputs`:
+
+    def saxpy_launch(a, x, y, out, blocks_x, threads_x):
+        for thread in numba.prange(blocks_x * threads_x):
+            saxpy(thread, blocks_x, threads_x, a, x, y, out)     # the kernel's body, one thread
+        return out
+
+In the body, `cuda.grid`, `cuda.gridsize`, `cuda.threadIdx`, `blockIdx`,
+`blockDim` and `gridDim` become arithmetic on the thread's number and the
+launch's shape, and `cuda.atomic.add(a, i, v)` is an accumulation into the
+element (`lower.add_into`: a sum, whatever the order of the threads). The compiler differentiates that function like
+any other with a parallel loop, and the "cuda" target prints each parallel
+loop as a kernel again (`compiler/backends/numba_cuda.py`); the "cpu" target
+runs the same function with Numba's threads, which is how tests compare the
+two. One launch is one node of the tape, from the arguments (and the
+buffers' starting values) to the buffers it returns.
+"""
+import ast
+import functools
+import inspect
+import textwrap
+import types
+
+import numba
+from numba import cuda
+
+from ..compiler.errors import TransformError
+from ..compiler.front.lower import add_into
+from ..source import Source, capture_source
+
+DOC = "docs/cuda.md"
+AXES = ("x", "y", "z")
+THREAD = "srcad_thread"
+ADD_INTO = "srcad_add_into"
+
+
+def kernel(pyfunc=None, *, outputs, target="cuda", boundscheck=None):
+    """Make a numba.cuda-style kernel differentiable. `outputs` names the parameters that are result
+    buffers: a launch returns them (a Tensor, or a tuple in the order of `outputs`), and the tape records
+    the launch from the other arguments to them. ``target="cpu"`` runs the same kernel on the CPU's
+    threads (the same gradient, no GPU needed)."""
+    if pyfunc is None:
+        return functools.partial(kernel, outputs=outputs, target=target, boundscheck=boundscheck)
+    if not inspect.isfunction(pyfunc):
+        raise TypeError(f"@ad.kernel expects a Python function, got {pyfunc!r}")
+    if isinstance(outputs, str):
+        outputs = [outputs]
+    params = list(inspect.signature(pyfunc).parameters)
+    unknown = [o for o in outputs if o not in params]
+    if not outputs or unknown:
+        raise TypeError(f"@ad.kernel({pyfunc.__name__}): outputs must name parameters of the kernel "
+                        f"({', '.join(params)}); got {list(outputs)!r}")
+    return Kernel(pyfunc, tuple(outputs), target, boundscheck)
+
+
+class Kernel:
+    """A differentiable kernel; `kernel[blocks, threads]` is a launch, called with the kernel's arguments."""
+
+    def __init__(self, pyfunc, outputs, target, boundscheck):
+        from ..compiler.backends.base import check
+        from ..function import Function
+        check(target)
+        self.python_function, self.outputs, self.target = pyfunc, outputs, target
+        self._compiled = {}
+        self._function = functools.partial(Function, boundscheck=boundscheck, target=target)
+        functools.update_wrapper(self, pyfunc)
+
+    def __getitem__(self, config):
+        if not (isinstance(config, tuple) and len(config) in (2, 3, 4)):
+            raise TypeError(f"{self.__name__}: launch as {self.__name__}[blocks, threads](...)")
+        blocks, threads = _dims(self, config[0], "blocks"), _dims(self, config[1], "threads")
+        if len(blocks) != len(threads):
+            raise TypeError(f"{self.__name__}[{config[0]!r}, {config[1]!r}]: blocks and threads must have as many "
+                            f"dimensions as each other")
+        return functools.partial(self._launch, blocks, threads)
+
+    def _launch(self, blocks, threads, *args):
+        launch = self._compiled.get(len(blocks))
+        if launch is None:
+            launch = self._compiled[len(blocks)] = self._function(launch_function(self, len(blocks)))
+        return launch(*args, *blocks, *threads)
+
+    def __call__(self, *args):
+        raise TypeError(f"{self.__name__} is a kernel: launch it as {self.__name__}[blocks, threads](...)")
+
+
+def _dims(k, d, what):
+    d = (d,) if isinstance(d, int) else tuple(d)
+    if not 1 <= len(d) <= 3 or not all(isinstance(n, int) and n > 0 for n in d):
+        raise TypeError(f"{k.__name__}: {what} of a launch must be a positive int or a tuple of one to three, "
+                        f"got {d!r}")
+    return d
+
+
+# ---- the kernel as a function of its launch ---------------------------------------------------------------
+
+def launch_function(k, ndim):
+    """The Python function of `k`'s launch over an `ndim`-dimensional grid (see the module)."""
+    pyfunc = k.python_function
+    name = pyfunc.__name__
+    params = list(inspect.signature(pyfunc).parameters)
+    blocks = [f"srcad_blocks_{a}" for a in AXES[:ndim]]
+    threads = [f"srcad_threads_{a}" for a in AXES[:ndim]]
+    body = _thread_function(pyfunc, ndim, blocks, threads)
+    total = _product([_name(n) for n in blocks + threads])
+    call = ast.Expr(ast.Call(_name(f"{name}_thread"), [_name(n) for n in [THREAD] + blocks + threads + params], []))
+    parallel = k.target != "cpu" or not _adds_atomically(pyfunc)      # (Numba's threads would race on them)
+    loop = ast.For(ast.Name(THREAD, ast.Store()),
+                   ast.Call(_attr(_name("numba"), "prange") if parallel else _name("range"), [total], []), [call], [])
+    outs = [_name(o) for o in k.outputs]
+    ret = ast.Return(outs[0] if len(outs) == 1 else ast.Tuple(outs, ast.Load()))
+    args = ast.arguments([], [ast.arg(p) for p in params + blocks + threads], None, [], [], None, [])
+    module = ast.fix_missing_locations(ast.Module([ast.FunctionDef(name, args, [loop, ret], [], None)], []))
+    text = ast.unparse(module) + "\n"
+    filename = f"<srcad launch of kernel {name}>"
+    namespace = {"numba": numba, f"{name}_thread": body}
+    exec(compile(text, filename, "exec"), namespace)
+    launch = namespace[name]
+    launch.__srcad_source__ = Source(text, filename, 1)
+    return launch
+
+
+def _adds_atomically(pyfunc):
+    """Does the kernel make atomic adds (which the cpu target runs with its threads one at a time)?"""
+    tree = ast.parse(textwrap.dedent(capture_source(pyfunc).text))
+    return any(isinstance(n, ast.Attribute) and n.attr == "atomic" for n in ast.walk(tree))
+
+
+def _thread_function(pyfunc, ndim, blocks, threads):
+    """`pyfunc` as the body of one thread: its source read as the user wrote it, then rewritten when
+    the compiler parses it (`__srcad_rewrite__`), with the thread's number and the launch's shape as
+    its first parameters."""
+    source = capture_source(pyfunc)
+    if source is None:
+        raise TransformError(f"{pyfunc.__name__}: cannot read its source. Hint: define the kernel in a file")
+    namespace = {**pyfunc.__globals__, ADD_INTO: add_into}
+    body = types.FunctionType(pyfunc.__code__, namespace, pyfunc.__name__, pyfunc.__defaults__, pyfunc.__closure__)
+    body.__srcad_source__ = source
+    body.__srcad_globals__ = (ADD_INTO,)
+    body.__srcad_rewrite__ = functools.partial(_rewrite, pyfunc, ndim, blocks, threads, source)
+    return body
+
+
+def _rewrite(pyfunc, ndim, blocks, threads, source, tree):
+    """The kernel's parsed `tree` (a FunctionDef) as the body of one thread."""
+    tree.args.args[:0] = [ast.arg(n) for n in [THREAD] + blocks + threads]
+    _Intrinsics(pyfunc, ndim, blocks, threads, source).visit(tree)
+    return tree
+
+
+class _Intrinsics(ast.NodeTransformer):
+    """numba.cuda's thread intrinsics as arithmetic on the thread's number; atomic adds as `+=`."""
+
+    def __init__(self, pyfunc, ndim, blocks, threads, source):
+        self.pyfunc, self.ndim, self.source = pyfunc, ndim, source
+        self.blocks, self.threads = [_name(n) for n in blocks], [_name(n) for n in threads]
+        width = [_product([b, t]) for b, t in zip(self.blocks, self.threads)]      # threads along each axis
+        t = _name(THREAD)
+        self.grid = [_binop(t, ast.Mod(), width[0]) if ndim > 1 else t]
+        if ndim > 1:
+            self.grid.append(_binop(_binop(t, ast.FloorDiv(), width[0]), ast.Mod(), width[1]) if ndim > 2
+                             else _binop(t, ast.FloorDiv(), width[0]))
+        if ndim > 2:
+            self.grid.append(_binop(t, ast.FloorDiv(), _product(width[:2])))
+        self.width = width
+
+    def _is_cuda(self, node):
+        return isinstance(node, ast.Name) and self.pyfunc.__globals__.get(node.id) is cuda
+
+    def _refuse(self, node, what, hint):
+        line = self.source.first_line + node.lineno - 1
+        text = self.source.text.splitlines()[node.lineno - 1].strip()
+        return TransformError(f"{self.pyfunc.__name__} ({self.source.filename}, line {line}): {what} in `{text}` "
+                              f"is not supported in a differentiated kernel yet. Hint: {hint} (see {DOC})")
+
+    def visit_Expr(self, node):
+        call = node.value
+        if isinstance(call, ast.Call) and self._path(call.func) == ("atomic", "add"):
+            if len(call.args) != 3:
+                raise self._refuse(node, "cuda.atomic.add with other than three arguments", "pass (array, index, value)")
+            call = ast.Call(_name(ADD_INTO), [self.visit(a) for a in call.args], [])
+            return ast.copy_location(ast.Expr(call), node)
+        return self.generic_visit(node)
+
+    def _path(self, node):
+        """('threadIdx', 'x') for `cuda.threadIdx.x` (through the module's name), else None."""
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        return tuple(reversed(parts)) if self._is_cuda(node) else None
+
+    def visit_Attribute(self, node):
+        path = self._path(node)
+        if path is None:
+            return self.generic_visit(node)
+        if len(path) == 2 and path[0] in ("threadIdx", "blockIdx", "blockDim", "gridDim") and path[1] in AXES:
+            return ast.copy_location(self._index(path[0], AXES.index(path[1])), node)
+        raise self._refuse(node, f"`cuda.{'.'.join(path)}`", "kernels may use cuda.grid, cuda.gridsize, threadIdx, "
+                           "blockIdx, blockDim, gridDim and cuda.atomic.add")
+
+    def visit_BinOp(self, node):
+        """`cuda.threadIdx.x + cuda.blockIdx.x * cuda.blockDim.x` (either way round) is the thread's
+        coordinate in the grid, as `cuda.grid` gives it: written so, the analysis that sees which
+        elements are the thread's own recognises it."""
+        if isinstance(node.op, ast.Add):
+            for a, b in ((node.left, node.right), (node.right, node.left)):
+                axis = self._grid_sum(a, b)
+                if axis is not None:
+                    return ast.copy_location(self._coordinate(axis), node)
+        return self.generic_visit(node)
+
+    def _grid_sum(self, thread, product):
+        t = self._path(thread)
+        if t is None or len(t) != 2 or t[0] != "threadIdx" or not isinstance(product, ast.BinOp) \
+                or not isinstance(product.op, ast.Mult):
+            return None
+        pair = {self._path(product.left), self._path(product.right)}
+        return AXES.index(t[1]) if pair == {("blockIdx", t[1]), ("blockDim", t[1])} else None
+
+    def _coordinate(self, axis):
+        return self.grid[axis] if axis < self.ndim else _const(0)
+
+    def visit_Call(self, node):
+        path = self._path(node.func)
+        if path in (("grid",), ("gridsize",)):
+            if len(node.args) != 1 or not isinstance(node.args[0], ast.Constant) or node.args[0].value not in (1, 2, 3):
+                raise self._refuse(node, f"cuda.{path[0]} without a constant 1, 2 or 3", f"write cuda.{path[0]}(1)")
+            n = node.args[0].value
+            items = self.grid if path == ("grid",) else self.width
+            items = [self._coordinate(a) if path == ("grid",) else items[a] if a < self.ndim else _const(1)
+                     for a in range(n)]
+            return ast.copy_location(items[0] if n == 1 else ast.Tuple(items, ast.Load()), node)
+        if path is not None:
+            what = "an atomic operation whose result is used" if path == ("atomic", "add") else f"`cuda.{'.'.join(path)}`"
+            raise self._refuse(node, what, "kernels may use cuda.grid, cuda.gridsize, threadIdx, blockIdx, blockDim, "
+                               "gridDim and cuda.atomic.add as a statement")
+        return self.generic_visit(node)
+
+    def _index(self, what, axis):
+        if axis >= self.ndim:
+            return _const(0 if what in ("threadIdx", "blockIdx") else 1)
+        if what == "blockDim":
+            return self.threads[axis]
+        if what == "gridDim":
+            return self.blocks[axis]
+        g = self.grid[axis]
+        return _binop(g, ast.Mod(), self.threads[axis]) if what == "threadIdx" \
+            else _binop(g, ast.FloorDiv(), self.threads[axis])
+
+
+def _name(n):
+    return ast.Name(n, ast.Load())
+
+
+def _attr(v, a):
+    return ast.Attribute(v, a, ast.Load())
+
+
+def _const(v):
+    return ast.Constant(v)
+
+
+def _binop(a, op, b):
+    return ast.BinOp(a, op, b)
+
+
+def _product(items):
+    out = items[0]
+    for x in items[1:]:
+        out = _binop(out, ast.Mult(), x)
+    return out
+
+
+__all__ = ["kernel", "Kernel", "launch_function"]

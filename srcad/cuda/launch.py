@@ -1,0 +1,97 @@
+"""Running a generated kernel from the host code around it.
+
+Generated host code runs on NumPy arrays; `run_threads` moves the arrays a
+kernel reads to the device, runs one thread per iteration of the parallel
+loop the kernel came from, copies back the arrays the loop writes, and
+raises the IndexError of an index check that failed on the device (worded
+by `compiled.Checked` like the CPU target's). Buffers only the threads use
+(their saved values: `thread_buffer`) live on the device alone.
+
+`kernel_times()` times each kernel on the device. `compiling_ptx(cc)` is the other way of running host code: no GPU and no
+simulator, each launch compiles its kernel to PTX for compute capability
+`cc` (recorded, by kernel name) instead of running it. Tests read what the
+generated kernels become on a real GPU from it (atomics where threads share
+an element, none where they do not).
+"""
+import contextlib
+import threading
+
+import numpy as np
+from numba import cuda
+
+THREADS_PER_BLOCK = 128
+HOST_NAMES = ("run_threads", "thread_buffer")           # what generated host code calls
+_PTX = threading.local()
+_TIMES = threading.local()
+
+
+def thread_buffer(shape, dtype):
+    """Storage that only kernels read and write (each thread its column of saved values)."""
+    if getattr(_PTX, "found", None) is not None:
+        return np.empty(shape, dtype)
+    return cuda.device_array(shape, dtype)
+
+
+def run_threads(kernel, n, args, written):
+    """Run `kernel` over `n` threads with `args` (arrays, scalars); copy the arrays at positions
+    `written` back into the host arrays given."""
+    n = int(n)
+    if getattr(_PTX, "found", None) is not None:
+        _PTX.found[kernel.__name__] = _ptx(kernel, args)
+        return
+    on_device = [_to_device(a) for a in args]
+    errors = cuda.to_device(np.zeros(3, np.int64))
+    if n > 0:
+        blocks = (n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
+        timed = getattr(_TIMES, "found", None)
+        if timed is not None:
+            start, stop = cuda.event(), cuda.event()
+            start.record()
+        kernel[blocks, THREADS_PER_BLOCK](n, *on_device, errors)
+        if timed is not None:
+            stop.record()
+            stop.synchronize()
+            timed.setdefault(kernel.__name__, []).append(start.elapsed_time(stop) / 1e3)
+    for k in written:
+        if on_device[k] is not args[k]:
+            args[k][...] = on_device[k].copy_to_host()
+    site, index, size = errors.copy_to_host()
+    if site:
+        raise IndexError(int(site) - 1, int(index), int(size))
+
+
+def _to_device(a):
+    if isinstance(a, np.ndarray):
+        return cuda.to_device(np.ascontiguousarray(a))
+    if isinstance(a, (bool, np.bool_)):
+        return bool(a)
+    return a
+
+
+@contextlib.contextmanager
+def kernel_times():
+    """Within it, each launch's kernel is timed on the device (CUDA events, transfers not counted);
+    yields {kernel name: [seconds, ...]} (benchmarks/gpu.py compares them with hand-written kernels)."""
+    _TIMES.found = {}
+    try:
+        yield _TIMES.found
+    finally:
+        _TIMES.found = None
+
+
+@contextlib.contextmanager
+def compiling_ptx(cc=(9, 0)):
+    """Within it, launches compile their kernels to PTX instead of running; yields {kernel: PTX text}."""
+    _PTX.found, _PTX.cc = {}, cc
+    try:
+        yield _PTX.found
+    finally:
+        _PTX.found = None
+
+
+def _ptx(kernel, args):
+    import numba
+    types = [numba.int64] + [numba.typeof(np.ascontiguousarray(a) if isinstance(a, np.ndarray) else a)
+                             for a in args] + [numba.int64[::1]]
+    ptx, _ = cuda.compile_ptx(kernel.py_func, tuple(types), cc=_PTX.cc)
+    return ptx

@@ -1,0 +1,134 @@
+"""Differentiated numba.cuda kernels (`@ad.kernel`): each kernel's gradient on the cuda target (Numba's
+CUDA simulator in CI, a GPU with SRCAD_GPU=1) equals the same kernel's on the cpu target, which equals
+finite differences; the kernels' PTX for sm_90 has atomic adds exactly where threads share an element."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba.cuda")
+
+import srcad as ad  # noqa: E402
+from srcad.testing import finite_differences  # noqa: E402
+
+import _cuda_kernels as K  # noqa: E402
+
+HERE = Path(__file__).parent
+
+
+def _kernels(name):
+    fn, outputs, blocks, threads, make, active = K.CASES[name]
+    return (ad.kernel(fn, outputs=outputs), ad.kernel(fn, outputs=outputs, target="cpu"), blocks, threads, make,
+            active)
+
+
+def _loss_and_grads(k, blocks, threads, args, active):
+    """sum_k sum(w_k * out_k) of a launch (fixed weights) and its gradients in the `active` arguments."""
+    args = [ad.Variable(a) if i in active else (a.copy() if isinstance(a, np.ndarray) else a)
+            for i, a in enumerate(args)]
+    with ad.GradientTape() as tape:
+        outs = k[blocks, threads](*args)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        loss = sum(np.sum(np.cos(np.arange(o.size).reshape(o.shape)) * o) for o in outs)
+    grads = tape.gradient(loss, [args[i] for i in active])
+    return float(loss), [g.numpy() for g in grads], [o.numpy() for o in outs]
+
+
+@pytest.mark.parametrize("name", sorted(K.CASES))
+def test_kernel_gradient_matches_cpu_and_finite_differences(name):
+    gpu, cpu, blocks, threads, make, active = _kernels(name)
+    args = make(np.random.default_rng(7))
+    loss_gpu, grads_gpu, outs_gpu = _loss_and_grads(gpu, blocks, threads, args, active)
+    loss_cpu, grads_cpu, outs_cpu = _loss_and_grads(cpu, blocks, threads, args, active)
+    assert loss_gpu == pytest.approx(loss_cpu, rel=1e-12)
+    for a, b in zip(outs_gpu, outs_cpu):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+    for a, b in zip(grads_gpu, grads_cpu):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+    def phi(values):
+        return _loss_and_grads_plain(cpu, blocks, threads, values)
+    for g, i in zip(grads_cpu, active):
+        np.testing.assert_allclose(g, finite_differences(phi, list(args), i), rtol=1e-6, atol=1e-8)
+
+
+def _loss_and_grads_plain(k, blocks, threads, args):
+    outs = k[blocks, threads](*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    return sum(float(np.sum(np.cos(np.arange(o.size).reshape(o.shape)) * o.numpy())) for o in outs)
+
+
+def test_primal_launch_writes_the_buffers_like_numba():
+    gpu, _, blocks, threads, make, _ = _kernels("keeps_unwritten")
+    x, out = make(np.random.default_rng(1))
+    start = out.copy()
+    result = gpu[blocks, threads](x, out).numpy()
+    even = np.arange(x.size) % 2 == 0
+    np.testing.assert_allclose(result[even], np.exp(x[even]))
+    np.testing.assert_array_equal(result[~even], start[~even])         # never written: the starting value
+
+
+def test_scatter_with_colliding_indices_sums_every_thread():
+    gpu, _, blocks, threads, make, _ = _kernels("scatter")
+    x, idx, out = make(np.random.default_rng(3))
+    expected = np.zeros_like(out)
+    np.add.at(expected, idx, x * x)
+    np.testing.assert_allclose(gpu[blocks, threads](x, idx, out).numpy(), expected)
+
+
+def test_index_out_of_range_in_a_kernel_names_the_line():
+    gpu, _, _, _, make, _ = _kernels("gather")
+    x, w, idx, out = make(np.random.default_rng(5))
+    idx[3] = 500
+    with pytest.raises(IndexError, match=r"gather .*line \d+\): index 500 is out of range for axis 0 of `x` "
+                                         r"\(size 20\)"):
+        gpu[3, 32](x, w, idx, out)
+
+
+def test_launch_errors_name_the_kernel():
+    gpu, _, _, _, make, _ = _kernels("softplus")
+    with pytest.raises(TypeError, match=r"softplus is a kernel: launch it as softplus\[blocks, threads\]"):
+        gpu(*make(np.random.default_rng(0)))
+    with pytest.raises(TypeError, match=r"softplus\[\(2, 2\), 32\]: blocks and threads must have as many dimensions"):
+        gpu[(2, 2), 32]
+    with pytest.raises(TypeError, match=r"outputs must name parameters of the kernel \(a, x, out\); got \['y'\]"):
+        ad.kernel(K.softplus, outputs=["y"])
+    with pytest.raises(ValueError, match=r"@ad.function: target='cuda' compiles kernels: .* @ad.kernel"):
+        ad.function(K.softplus, target="cuda")
+
+
+def test_unsupported_cuda_constructs_are_refused_by_line():
+    with pytest.raises(ad.TransformError, match=r"block_sum \(.*_refused_kernels.py, line \d+\): `cuda.shared.array` "
+                                                r"in `tile = cuda.shared.array\(64, float64\)` is not supported"):
+        _refused("block_sum")
+    with pytest.raises(ad.TransformError, match=r"an atomic operation whose result is used"):
+        _refused("uses_atomic_result")
+
+
+def _refused(name):
+    import _refused_kernels as R
+    k = ad.kernel(getattr(R, name), outputs=["out"])
+    x = ad.Variable(np.ones(64))
+    with ad.GradientTape():
+        k[1, 64](x, np.zeros(64))
+
+
+def test_generated_kernels_compile_to_ptx_with_atomics_only_where_threads_share():
+    """Without the simulator (a subprocess): every forward and adjoint kernel compiles for sm_90, and
+    holds a floating-point atomic add exactly where several threads add into one element."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    done = subprocess.run([sys.executable, str(HERE / "_ptx_of_kernels.py")], env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    shared = {"softplus": (False, True), "affine": (False, True), "gather": (False, True), "scatter": (True, False),
+              "stencil_1d": (False, True), "stencil_2d": (False, True), "ensemble_rk4": (False, True),
+              "device_helper": (False, True), "row_norms": (False, False), "two_outputs": (False, True),
+              "keeps_unwritten": (False, False)}
+    assert set(found) == set(shared)
+    for name, (forward, adjoint) in shared.items():
+        assert found[name] == [forward, adjoint], name
