@@ -65,5 +65,23 @@ def index_fails(errors, size, i, site):
     return True
 
 
+@_device
+def block_sum(tile, value):
+    """The sum of `value` over the threads of the block, in thread 0 (`tile`: shared memory, one slot per
+    thread; the block's size a power of two). Every thread of the block must call it."""
+    t = cuda.threadIdx.x
+    tile[t] = value
+    cuda.syncthreads()
+    step = cuda.blockDim.x // 2
+    while step > 0:
+        if t < step:
+            tile[t] += tile[t + step]
+        cuda.syncthreads()
+        step //= 2
+    total = tile[0]
+    cuda.syncthreads()             # before the tile is written again
+    return total
+
+
 NAMES = ("cotangent_times", "finite_or_zero", "log_or_zero", "reciprocal_or_zero", "power_slope", "stop_gradient",
          "trip_count", "index_fails")

@@ -169,6 +169,24 @@ class _Kernel:
         self.errors = _fresh("errors", taken)
         self.count = _fresh("count", taken)
         self.index = _fresh("index", taken)
+        self.tile = _fresh("tile", taken)
+        self.sums = {}          # target of a sum every thread adds into -> the thread's local of it
+        for t in walk(body):
+            target = self.summed_by_all(t)
+            if target is not None and target not in self.sums:
+                self.sums[target] = _fresh(f"sum{len(self.sums)}", taken)
+
+    def summed_by_all(self, t):
+        """The target of accumulation `t` when it is one place for every thread (a host scalar, or an
+        element at an index of the arguments): the threads sum into locals, a block adds once."""
+        if not isinstance(t, Accumulate):
+            return None
+        if isinstance(t.target, Name) and t.target.id in self.cells:
+            return t.target
+        if isinstance(t.target, Subscript) and t.target.base.id not in self.own and \
+                set().union(*(names_in(i) for i in t.target.index)) <= set(self.params):
+            return t.target
+        return None
 
     def cell(self, name):
         return f"{name}_cell"
@@ -207,6 +225,8 @@ class _KernelPrinter(Printer):
             if s.reduce or (isinstance(s.target, Name) and isinstance(fn.types.get(s.target.id), nt.Array)):
                 raise _refusal(fn, s, "an array added into as a whole inside a kernel", "add element by element")
             value = s.value
+            if k.summed_by_all(s) is not None:
+                return f"{k.sums[s.target]} += {self.expr(value)}"
             if isinstance(s.target, Name) and s.target.id in k.cells:
                 return f"cuda.atomic.add({k.cell(s.target.id)}, 0, {self.expr(value)})"
             if isinstance(s.target, Subscript) and s.target.base.id not in k.own:
@@ -224,7 +244,7 @@ class _KernelPrinter(Printer):
             if not _maybe_array(k.fn, a):
                 return "pass"
             size = Subscript(Attribute(a, "shape"), (axis,))
-            return f"if cuda_device.index_fails({k.errors}, {self.expr(size)}, {self.expr(i)}, {self.expr(site)}): return"
+            return f"if cuda_device.index_fails({k.errors}, {self.expr(size)}, {self.expr(i)}, {self.expr(site)}): {self.exit}"
         if call.fn == "srcad.check_loop_index":
             a, axis, start, stop, step, scale, offset, site, runs = call.args
             if not _maybe_array(k.fn, a):
@@ -235,26 +255,56 @@ class _KernelPrinter(Printer):
             last = f"{first} + ({trips} - 1) * ({self.expr(scale)} * {self.expr(step)})"
             fails = "cuda_device.index_fails"
             return (f"if {trips} > 0 and {self.expr(runs)} > 0 and ({fails}({k.errors}, {size}, {first}, "
-                    f"{self.expr(site)}) or {fails}({k.errors}, {size}, {last}, {self.expr(site)})): return")
+                    f"{self.expr(site)}) or {fails}({k.errors}, {size}, {last}, {self.expr(site)})): {self.exit}")
         raise _refusal(k.fn, s, f"`{expr_text(call)}`", "kernels run arithmetic, math calls and array elements")
 
     def expr(self, e):
         return super().expr(_runtime_calls(self.k.fn, e, "cuda_device", device.NAMES))
 
     def kernel(self, w):
-        k, loop = self.k, self.k.loop
+        """The kernel; with sums every thread adds into, a device function for the thread (returning its
+        sums) and a kernel adding each block's sums once (`device.block_sum`), not each thread's."""
+        k = self.k
         params = [k.cell(p) if p in k.cells else p for p in k.params]
+        sums = list(k.sums.values())
+        self.exit = f"return ({', '.join(sums)},)" if sums else "return"
+        if sums:
+            w.line(0, "@cuda.jit(device=True, inline=\"always\")")
+            w.line(0, f"def {k.name}_thread({', '.join([k.index] + params + [k.errors])}):")
+            for a in sums:
+                w.line(1, f"{a} = 0.0")
+            self._thread(w, 1)
+            w.line(1, self.exit)
+            w.line(0, "")
+            w.line(0, "")
         w.line(0, "@cuda.jit")
         w.line(0, f"def {k.name}({', '.join([k.count] + params + [k.errors])}):")
         w.line(1, f"{k.index} = cuda.grid(1)")
-        w.line(1, f"if {k.index} < {k.count}:")
+        if not sums:
+            w.line(1, f"if {k.index} < {k.count}:")
+            self._thread(w, 2)
+        else:
+            w.line(1, f"{', '.join(sums)} = {', '.join('0.0' for _ in sums)}")
+            w.line(1, f"if {k.index} < {k.count}:")
+            w.line(2, f"{', '.join(sums)}, = {k.name}_thread({', '.join([k.index] + params + [k.errors])})")
+            w.line(1, f"{k.tile} = cuda.shared.array({launch.THREADS_PER_BLOCK}, numba.float64)")
+            for target, a in k.sums.items():
+                w.line(1, f"{a} = cuda_device.block_sum({k.tile}, {a})")
+                place = f"{k.cell(target.id)}, 0" if isinstance(target, Name) else \
+                    f"{target.base.id}, {self.expr(target.index[0] if len(target.index) == 1 else Tuple(target.index))}"
+                w.line(1, f"if cuda.threadIdx.x == 0 and {a} != 0.0:")
+                w.line(2, f"cuda.atomic.add({place}, {a})")
+        w.line(0, "")
+        w.line(0, "")
+
+    def _thread(self, w, indent):
+        """One thread's iteration: the loop variable, then the loop's body."""
+        k, loop = self.k, self.k.loop
         start, step = self.expr(loop.start), self.expr(loop.step)
         first = f"{k.index}" if loop.step == Const(1) else f"{k.index} * {step}"
-        w.line(2, f"{loop.var} = {first}" if loop.start == Const(0) else f"{loop.var} = {start} + {first}",
+        w.line(indent, f"{loop.var} = {first}" if loop.start == Const(0) else f"{loop.var} = {start} + {first}",
                loop.origin)
-        self.block(w, loop.body, 2)
-        w.line(0, "")
-        w.line(0, "")
+        self.block(w, loop.body, indent)
 
 
 class _HostPrinter(Printer):
