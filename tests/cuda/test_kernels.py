@@ -132,3 +132,28 @@ def test_generated_kernels_compile_to_ptx_with_atomics_only_where_threads_share(
     assert set(found) == set(shared)
     for name, (forward, adjoint) in shared.items():
         assert found[name] == [forward, adjoint], name
+
+
+def _hessian_vector(k, w0, x, v):
+    W = ad.Variable(w0)
+    with ad.GradientTape() as outer:
+        with ad.GradientTape() as inner:
+            loss = np.sum(k[2, 32](W, x, np.zeros(x.size)) ** 2)
+        g = inner.gradient(loss, W)
+        s = np.sum(g * v)
+    return outer.gradient(s, W).numpy()
+
+
+def test_second_order_through_a_kernel_on_the_cpu_target():
+    """out = w0 x + w1 x^2, loss = sum(out^2): the Hessian is 2 [[sum x^2, sum x^3], [sum x^3, sum x^4]]."""
+    x, v = np.linspace(-1.0, 1.0, 40), np.array([1.0, 2.0])
+    hessian = 2 * np.array([[np.sum(x ** 2), np.sum(x ** 3)], [np.sum(x ** 3), np.sum(x ** 4)]])
+    k = ad.kernel(K.affine, outputs=["out"], target="cpu")
+    np.testing.assert_allclose(_hessian_vector(k, np.array([0.5, -0.3]), x, v), hessian @ v, rtol=1e-12)
+
+
+def test_second_order_through_a_kernel_on_the_cuda_target_is_refused_by_name():
+    k = ad.kernel(K.affine, outputs=["out"])
+    with pytest.raises(ad.TransformError, match=r"affine_vjp_forward: values saved outside the threads of a kernel "
+                                                r"\(line \d+: `if i < x.shape\[0\]:`\) cannot run on the cuda target"):
+        _hessian_vector(k, np.array([0.5, -0.3]), np.linspace(-1.0, 1.0, 40), np.array([1.0, 2.0]))

@@ -33,6 +33,7 @@ from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Effect, For
                   Reserve, Store, Subscript, Tuple, While)
 from ..ir.printer import Printer, Writer, expr_text
 from ..ir.visit import all_blocks, assigned, map_children, names_in, own_exprs, walk, written_array
+from ..opt.cleanup import live_in
 from . import numba_cpu
 from .cache import import_source
 
@@ -143,9 +144,10 @@ def _refusal(fn, s, construct, hint):
 
 class _Kernel:
     """A parallel loop printed as a kernel: its name, parameters (names of the host code it reads,
-    scalars of the host code it adds into as one-element `cells`) and the arrays it writes."""
+    scalars of the host code it adds into as one-element `cells`) and the arrays it writes that are
+    copied back (`written`: the caller's, and those the host code reads after it, `live_after`)."""
 
-    def __init__(self, fn, loop, name):
+    def __init__(self, fn, loop, name, live_after):
         self.fn, self.loop, self.name = fn, loop, name
         body = loop.body
         inside = assigned(body) - {t.target.id for t in walk(body) if isinstance(t, Accumulate)
@@ -162,8 +164,9 @@ class _Kernel:
         for c in self.cells:
             if isinstance(fn.types.get(c), nt.Array):
                 raise _refusal(fn, loop, "a whole array added into by every thread", "add into its elements")
+        scratch = _fresh_arrays(fn) - live_after        # made by the host code, not read after the kernel
         self.written = [k for k, p in enumerate(self.params)
-                        if p in self.cells or any(written_array(t) == p for t in walk(body))]
+                        if p in self.cells or p not in scratch and any(written_array(t) == p for t in walk(body))]
         self.own = {a for a in {written_array(t) for t in walk(body)} - {None} if disjoint(body, a, loop.var)}
         taken = set(self.params) | assigned(body) | {loop.var}
         self.errors = _fresh("errors", taken)
@@ -190,6 +193,20 @@ class _Kernel:
 
     def cell(self, name):
         return f"{name}_cell"
+
+
+_ALLOCATIONS = ("np.zeros", "np.zeros_like", "np.empty", "np.empty_like", "np.ones", "np.copy")
+
+
+def _fresh_arrays(fn):
+    """Names every binding of which in `fn` is a new array (an allocation or a copy): no other name
+    shares their memory."""
+    found = {}
+    for t in walk(fn.body):
+        if isinstance(t, Assign):
+            fresh = isinstance(t.value, Call) and t.value.fn in _ALLOCATIONS
+            found[t.target] = found.get(t.target, True) and fresh
+    return {n for n, fresh in found.items() if fresh} - set(fn.params)
 
 
 def _maybe_array(fn, a):
@@ -357,12 +374,14 @@ def _runtime_calls(fn, e, module, names):
 def _kernels(fn):
     """{id(loop): _Kernel} for the parallel loops of `fn` outside other parallel loops."""
     found, count = {}, 0
+    live = {}
+    live_in(fn.body, {n for o in fn.outputs for n in names_in(o)}, live)
 
     def visit(stmts):
         nonlocal count
         for s in stmts:
             if _is_kernel(s):
-                found[id(s)] = _Kernel(fn, s, f"{fn.name}_threads{count}")
+                found[id(s)] = _Kernel(fn, s, f"{fn.name}_threads{count}", live[id(s)])
                 count += 1
             elif isinstance(s, If):
                 visit(s.body)
