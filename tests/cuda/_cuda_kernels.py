@@ -117,6 +117,9 @@ def _vec(n, lo=-1.0, hi=1.0):
 CASES = {
     "softplus": (softplus, ["out"], 2, 32, lambda r: (r.uniform(0.5, 2, 1), r.uniform(-2, 2, 50), np.zeros(50)),
                  (0, 1)),
+    "softplus_float32": (softplus, ["out"], 2, 32, lambda r: (r.uniform(0.5, 2, 1).astype(np.float32),
+                                                              r.uniform(-2, 2, 50).astype(np.float32),
+                                                              np.zeros(50, np.float32)), (0, 1)),
     "affine": (affine, ["out"], 2, 32, lambda r: (r.uniform(-1, 1, 2), r.uniform(-1, 1, 60), np.zeros(60)), (0, 1)),
     "gather": (gather, ["out"], 3, 32, lambda r: (r.uniform(-2, 2, 20), np.array([1.5]), r.integers(0, 20, 70),
                                                   np.zeros(70)), (0, 1)),

@@ -44,16 +44,21 @@ def test_kernel_gradient_matches_cpu_and_finite_differences(name):
     args = make(np.random.default_rng(7))
     loss_gpu, grads_gpu, outs_gpu = _loss_and_grads(gpu, blocks, threads, args, active)
     loss_cpu, grads_cpu, outs_cpu = _loss_and_grads(cpu, blocks, threads, args, active)
-    assert loss_gpu == pytest.approx(loss_cpu, rel=1e-12)
+    single = any(getattr(a, "dtype", None) == np.float32 for a in args)
+    rtol = 1e-5 if single else 1e-10           # float32: the order of the threads' sums differs
+    assert loss_gpu == pytest.approx(loss_cpu, rel=rtol)
     for a, b in zip(outs_gpu, outs_cpu):
-        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=1e-14)
     for a, b in zip(grads_gpu, grads_cpu):
-        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+        assert a.dtype == b.dtype
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=1e-6 if single else 1e-12)
 
     def phi(values):
         return _loss_and_grads_plain(cpu, blocks, threads, values)
     for g, i in zip(grads_cpu, active):
-        np.testing.assert_allclose(g, finite_differences(phi, list(args), i), rtol=1e-6, atol=1e-8)
+        fd = finite_differences(phi, [a.astype(np.float64) if single and isinstance(a, np.ndarray) else a
+                                      for a in args], i)
+        np.testing.assert_allclose(g, fd, rtol=1e-3 if single else 1e-6, atol=1e-3 if single else 1e-8)
 
 
 def _loss_and_grads_plain(k, blocks, threads, args):
@@ -125,7 +130,7 @@ def test_generated_kernels_compile_to_ptx_with_atomics_only_where_threads_share(
                           timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
-    shared = {"softplus": (False, True), "affine": (False, True), "gather": (False, True), "scatter": (True, False),
+    shared = {"softplus": (False, True), "softplus_float32": (False, True), "affine": (False, True), "gather": (False, True), "scatter": (True, False),
               "stencil_1d": (False, True), "stencil_2d": (False, True), "ensemble_rk4": (False, True),
               "device_helper": (False, True), "row_norms": (False, False), "two_outputs": (False, True),
               "keeps_unwritten": (False, False)}
