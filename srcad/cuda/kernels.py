@@ -26,11 +26,13 @@ import textwrap
 import types
 
 import numba
+import numpy as np
 from numba import cuda
 
 from ..compiler.errors import TransformError
 from ..compiler.front.lower import add_into
 from ..source import Source, capture_source
+from ..tensor import Tensor
 
 DOC = "docs/cuda.md"
 AXES = ("x", "y", "z")
@@ -79,9 +81,16 @@ class Kernel:
         return functools.partial(self._launch, blocks, threads)
 
     def _launch(self, blocks, threads, *args):
-        launch = self._compiled.get(len(blocks))
+        """A launch: the kernel writes into the output buffers passed as arrays, as Numba's does; a Tensor
+        passed as one is a value, never changed: the launch starts from a copy of it (whose starting
+        value then gets its gradient: 1 where the kernel does not write)."""
+        params = list(inspect.signature(self.python_function).parameters)
+        copied = tuple(o for o in self.outputs if params.index(o) < len(args)
+                       and isinstance(args[params.index(o)], Tensor))
+        key = (len(blocks), copied)
+        launch = self._compiled.get(key)
         if launch is None:
-            launch = self._compiled[len(blocks)] = self._function(launch_function(self, len(blocks)))
+            launch = self._compiled[key] = self._function(launch_function(self, len(blocks), copied))
         return launch(*args, *blocks, *threads)
 
     def __call__(self, *args):
@@ -98,8 +107,9 @@ def _dims(k, d, what):
 
 # ---- the kernel as a function of its launch ---------------------------------------------------------------
 
-def launch_function(k, ndim):
-    """The Python function of `k`'s launch over an `ndim`-dimensional grid (see the module)."""
+def launch_function(k, ndim, copied=()):
+    """The Python function of `k`'s launch over an `ndim`-dimensional grid (see the module); the output
+    buffers named in `copied` are copied first."""
     pyfunc = k.python_function
     name = pyfunc.__name__
     params = list(inspect.signature(pyfunc).parameters)
@@ -113,11 +123,13 @@ def launch_function(k, ndim):
                    ast.Call(_attr(_name("numba"), "prange") if parallel else _name("range"), [total], []), [call], [])
     outs = [_name(o) for o in k.outputs]
     ret = ast.Return(outs[0] if len(outs) == 1 else ast.Tuple(outs, ast.Load()))
+    copies = [ast.Assign([ast.Name(o, ast.Store())], ast.Call(_attr(_name("np"), "copy"), [_name(o)], []))
+              for o in copied]
     args = ast.arguments([], [ast.arg(p) for p in params + blocks + threads], None, [], [], None, [])
-    module = ast.fix_missing_locations(ast.Module([ast.FunctionDef(name, args, [loop, ret], [], None)], []))
+    module = ast.fix_missing_locations(ast.Module([ast.FunctionDef(name, args, copies + [loop, ret], [], None)], []))
     text = ast.unparse(module) + "\n"
     filename = f"<srcad launch of kernel {name}>"
-    namespace = {"numba": numba, f"{name}_thread": body}
+    namespace = {"numba": numba, "np": np, f"{name}_thread": body}
     exec(compile(text, filename, "exec"), namespace)
     launch = namespace[name]
     launch.__srcad_source__ = Source(text, filename, 1)

@@ -75,6 +75,24 @@ def test_primal_launch_writes_the_buffers_like_numba():
     even = np.arange(x.size) % 2 == 0
     np.testing.assert_allclose(result[even], np.exp(x[even]))
     np.testing.assert_array_equal(result[~even], start[~even])         # never written: the starting value
+    np.testing.assert_array_equal(out, result)                           # an array buffer is written in place
+
+
+@pytest.mark.parametrize("target", ["cuda", "cpu"])
+def test_a_tensor_as_output_buffer_is_a_value_with_a_gradient(target):
+    """A Tensor passed as a buffer is not changed; its starting value gets the gradient of the elements the
+    kernel does not write (here the odd ones), the others none."""
+    k = ad.kernel(K.keeps_unwritten, outputs=["out"], target=target)
+    x, start = np.linspace(-1.0, 1.0, 20), np.linspace(2.0, 3.0, 20)
+    X, O = ad.Variable(x), ad.Variable(start)
+    weights = np.arange(20.0)
+    with ad.GradientTape() as tape:
+        loss = np.sum(k[1, 32](X, O) * weights)
+    gx, gstart = tape.gradient(loss, [X, O])
+    even = np.arange(20) % 2 == 0
+    np.testing.assert_array_equal(O.numpy(), start)
+    np.testing.assert_allclose(gstart.numpy(), np.where(even, 0.0, weights))
+    np.testing.assert_allclose(gx.numpy(), np.where(even, weights * np.exp(x), 0.0), rtol=1e-12)
 
 
 def test_scatter_with_colliding_indices_sums_every_thread():
