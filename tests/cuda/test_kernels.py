@@ -130,14 +130,17 @@ def test_unsupported_cuda_constructs_are_refused_by_line():
         _refused("block_sum")
     with pytest.raises(ad.TransformError, match=r"an atomic operation whose result is used"):
         _refused("uses_atomic_result")
+    with pytest.raises(ad.TransformError, match=r"reads_a_neighbours_write_forward: values saved outside the threads "
+                                                r"of a kernel .* the threads of a kernel must be independent"):
+        _refused("reads_a_neighbours_write", x=np.ones(64))
 
 
-def _refused(name):
+def _refused(name, x=None):
     import _refused_kernels as R
     k = ad.kernel(getattr(R, name), outputs=["out"])
-    x = ad.Variable(np.ones(64))
+    x = ad.Variable(np.ones(64)) if x is None else x
     with ad.GradientTape():
-        k[1, 64](x, np.zeros(64))
+        k[1, 64](x, ad.Variable(np.zeros(64)))
 
 
 def test_generated_kernels_compile_to_ptx_with_atomics_only_where_threads_share():

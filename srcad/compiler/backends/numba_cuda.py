@@ -53,7 +53,9 @@ def lower_for_cuda(fn):
     left = [t for t in walk(fn.body) if isinstance(t, (Push, Pop, Reserve))]
     if left:
         raise _refusal(fn, left[0], "values saved outside the threads of a kernel",
-                       "saved values are kept per thread; the code around the threads saves nothing")
+                       "the threads of a kernel must be independent to be differentiated: a thread reads only "
+                       "elements no other thread writes (its own, or inputs no thread writes) and shares only "
+                       "sums (cuda.atomic.add); what its adjoint needs is then kept per thread")
     return fn
 
 
