@@ -12,8 +12,9 @@ threads of the grid, each iteration running the kernel's body for one thread
 In the body, `cuda.grid`, `cuda.gridsize`, `cuda.threadIdx`, `blockIdx`,
 `blockDim` and `gridDim` become arithmetic on the thread's number and the
 launch's shape, and `cuda.atomic.add(a, i, v)` is an accumulation into the
-element (`lower.add_into`: a sum, whatever the order of the threads). The compiler differentiates that function like
-any other with a parallel loop, and the "cuda" target prints each parallel
+element (`lower.add_into`: a sum, whatever the order of the threads). The
+compiler differentiates that function like any other with a parallel loop,
+and the "cuda" target prints each parallel
 loop as a kernel again (`compiler/backends/numba_cuda.py`); the "cpu" target
 runs the same function with Numba's threads, which is how tests compare the
 two. One launch is one node of the tape, from the arguments (and the
@@ -193,7 +194,8 @@ class _Intrinsics(ast.NodeTransformer):
         call = node.value
         if isinstance(call, ast.Call) and self._path(call.func) == ("atomic", "add"):
             if len(call.args) != 3:
-                raise self._refuse(node, "cuda.atomic.add with other than three arguments", "pass (array, index, value)")
+                raise self._refuse(node, "cuda.atomic.add with other than three arguments",
+                                   "pass (array, index, value)")
             call = ast.Call(_name(ADD_INTO), [self.visit(a) for a in call.args], [])
             return ast.copy_location(ast.Expr(call), node)
         return self.generic_visit(node)
@@ -248,7 +250,8 @@ class _Intrinsics(ast.NodeTransformer):
                      for a in range(n)]
             return ast.copy_location(items[0] if n == 1 else ast.Tuple(items, ast.Load()), node)
         if path is not None:
-            what = "an atomic operation whose result is used" if path == ("atomic", "add") else f"`cuda.{'.'.join(path)}`"
+            what = "an atomic operation whose result is used" if path == ("atomic", "add") \
+                else f"`cuda.{'.'.join(path)}`"
             raise self._refuse(node, what, "kernels may use cuda.grid, cuda.gridsize, threadIdx, blockIdx, blockDim, "
                                "gridDim and cuda.atomic.add as a statement")
         return self.generic_visit(node)

@@ -7,8 +7,9 @@ raises the IndexError of an index check that failed on the device (worded
 by `compiled.Checked` like the CPU target's). Buffers only the threads use
 (their saved values: `thread_buffer`) live on the device alone.
 
-`kernel_times()` times each kernel on the device. `compiling_ptx(cc)` is the other way of running host code: no GPU and no
-simulator, each launch compiles its kernel to PTX for compute capability
+`kernel_times()` times each kernel on the device. `compiling_ptx(cc)` is the
+other way of running host code: no GPU and no simulator, each launch
+compiles its kernel to PTX for compute capability
 `cc` (recorded, by kernel name) instead of running it. Tests read what the
 generated kernels become on a real GPU from it (atomics where threads share
 an element, none where they do not).
@@ -32,22 +33,22 @@ def thread_buffer(shape, dtype):
     return cuda.device_array(shape, dtype)
 
 
-def run_threads(kernel, n, args, written):
-    """Run `kernel` over `n` threads with `args` (arrays, scalars); copy the arrays at positions
-    `written` back into the host arrays given."""
+def run_threads(kernel, n, args, written, checked=True):
+    """Run `kernel` over `n` threads with `args` (arrays, scalars) and, if it makes index checks
+    (`checked`), an error record; copy the arrays at positions `written` back into the host arrays given."""
     n = int(n)
     if getattr(_PTX, "found", None) is not None:
-        _PTX.found[kernel.__name__] = _ptx(kernel, args)
+        _PTX.found[kernel.__name__] = _ptx(kernel, args, checked)
         return
     on_device = [_to_device(a) for a in args]
-    errors = cuda.to_device(np.zeros(3, np.int64))
+    errors = [cuda.to_device(np.zeros(3, np.int64))] if checked else []
     if n > 0:
         blocks = (n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
         timed = getattr(_TIMES, "found", None)
         if timed is not None:
             start, stop = cuda.event(), cuda.event()
             start.record()
-        kernel[blocks, THREADS_PER_BLOCK](n, *on_device, errors)
+        kernel[blocks, THREADS_PER_BLOCK](n, *on_device, *errors)
         if timed is not None:
             stop.record()
             stop.synchronize()
@@ -55,7 +56,7 @@ def run_threads(kernel, n, args, written):
     for k in written:
         if on_device[k] is not args[k]:
             args[k][...] = on_device[k].copy_to_host()
-    site, index, size = errors.copy_to_host()
+    site, index, size = errors[0].copy_to_host() if errors else (0, 0, 0)
     if site:
         raise IndexError(int(site) - 1, int(index), int(size))
 
@@ -89,9 +90,9 @@ def compiling_ptx(cc=(9, 0)):
         _PTX.found = None
 
 
-def _ptx(kernel, args):
+def _ptx(kernel, args, checked):
     import numba
     types = [numba.int64] + [numba.typeof(np.ascontiguousarray(a) if isinstance(a, np.ndarray) else a)
-                             for a in args] + [numba.int64[::1]]
+                             for a in args] + ([numba.int64[::1]] if checked else [])
     ptx, _ = cuda.compile_ptx(kernel.py_func, tuple(types), cc=_PTX.cc)
     return ptx

@@ -151,7 +151,8 @@ def test_generated_kernels_compile_to_ptx_with_atomics_only_where_threads_share(
                           timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
-    shared = {"softplus": (False, True), "softplus_float32": (False, True), "affine": (False, True), "gather": (False, True), "scatter": (True, False),
+    shared = {"softplus": (False, True), "softplus_float32": (False, True), "affine": (False, True),
+              "gather": (False, True), "scatter": (True, False),
               "stencil_1d": (False, True), "stencil_2d": (False, True), "ensemble_rk4": (False, True),
               "device_helper": (False, True), "row_norms": (False, False), "two_outputs": (False, True),
               "keeps_unwritten": (False, False)}

@@ -171,7 +171,8 @@ class _Kernel:
                         if p in self.cells or p not in scratch and any(written_array(t) == p for t in walk(body))]
         self.own = {a for a in {written_array(t) for t in walk(body)} - {None} if disjoint(body, a, loop.var)}
         taken = set(self.params) | assigned(body) | {loop.var}
-        self.errors = _fresh("errors", taken)
+        checks = any(isinstance(t, Effect) and t.call.fn in _CHECKS for t in walk(body))
+        self.errors = [_fresh("errors", taken)] if checks else []     # the error record, where there are checks
         self.count = _fresh("count", taken)
         self.index = _fresh("index", taken)
         self.tile = _fresh("tile", taken)
@@ -197,6 +198,7 @@ class _Kernel:
         return f"{name}_cell"
 
 
+_CHECKS = ("srcad.check_index", "srcad.check_loop_index")
 _ALLOCATIONS = ("np.zeros", "np.zeros_like", "np.empty", "np.empty_like", "np.ones", "np.copy")
 
 
@@ -263,7 +265,8 @@ class _KernelPrinter(Printer):
             if not _maybe_array(k.fn, a):
                 return "pass"
             size = Subscript(Attribute(a, "shape"), (axis,))
-            return f"if cuda_device.index_fails({k.errors}, {self.expr(size)}, {self.expr(i)}, {self.expr(site)}): {self.exit}"
+            check = f"cuda_device.index_fails({k.errors[0]}, {self.expr(size)}, {self.expr(i)}, {self.expr(site)})"
+            return f"if {check}: {self.exit}"
         if call.fn == "srcad.check_loop_index":
             a, axis, start, stop, step, scale, offset, site, runs = call.args
             if not _maybe_array(k.fn, a):
@@ -273,8 +276,9 @@ class _KernelPrinter(Printer):
             first = f"{self.expr(scale)} * {self.expr(start)} + {self.expr(offset)}"
             last = f"{first} + ({trips} - 1) * ({self.expr(scale)} * {self.expr(step)})"
             fails = "cuda_device.index_fails"
-            return (f"if {trips} > 0 and {self.expr(runs)} > 0 and ({fails}({k.errors}, {size}, {first}, "
-                    f"{self.expr(site)}) or {fails}({k.errors}, {size}, {last}, {self.expr(site)})): {self.exit}")
+            errors = k.errors[0]
+            return (f"if {trips} > 0 and {self.expr(runs)} > 0 and ({fails}({errors}, {size}, {first}, "
+                    f"{self.expr(site)}) or {fails}({errors}, {size}, {last}, {self.expr(site)})): {self.exit}")
         raise _refusal(k.fn, s, f"`{expr_text(call)}`", "kernels run arithmetic, math calls and array elements")
 
     def expr(self, e):
@@ -289,7 +293,7 @@ class _KernelPrinter(Printer):
         self.exit = f"return ({', '.join(sums)},)" if sums else "return"
         if sums:
             w.line(0, "@cuda.jit(device=True, inline=\"always\")")
-            w.line(0, f"def {k.name}_thread({', '.join([k.index] + params + [k.errors])}):")
+            w.line(0, f"def {k.name}_thread({', '.join([k.index] + params + k.errors)}):")
             for a in sums:
                 w.line(1, f"{a} = 0.0")
             self._thread(w, 1)
@@ -297,7 +301,7 @@ class _KernelPrinter(Printer):
             w.line(0, "")
             w.line(0, "")
         w.line(0, "@cuda.jit")
-        w.line(0, f"def {k.name}({', '.join([k.count] + params + [k.errors])}):")
+        w.line(0, f"def {k.name}({', '.join([k.count] + params + k.errors)}):")
         w.line(1, f"{k.index} = cuda.grid(1)")
         if not sums:
             w.line(1, f"if {k.index} < {k.count}:")
@@ -305,7 +309,7 @@ class _KernelPrinter(Printer):
         else:
             w.line(1, f"{', '.join(sums)} = {', '.join('0.0' for _ in sums)}")
             w.line(1, f"if {k.index} < {k.count}:")
-            w.line(2, f"{', '.join(sums)}, = {k.name}_thread({', '.join([k.index] + params + [k.errors])})")
+            w.line(2, f"{', '.join(sums)}, = {k.name}_thread({', '.join([k.index] + params + k.errors)})")
             w.line(1, f"{k.tile} = cuda.shared.array({launch.THREADS_PER_BLOCK}, numba.float64)")
             for target, a in k.sums.items():
                 w.line(1, f"{a} = cuda_device.block_sum({k.tile}, {a})")
@@ -343,7 +347,7 @@ class _HostPrinter(Printer):
             count = self.expr(_trips(s))
             written = "".join(f"{i}, " for i in k.written)
             w.line(indent, f"cuda_launch.run_threads({k.name}, {count}, ({args}{',' if len(k.params) == 1 else ''}), "
-                           f"({written}))", s.origin)
+                           f"({written}), {bool(k.errors)})", s.origin)
             for c in sorted(k.cells):
                 w.line(indent, f"{c} += {k.cell(c)}[0]", s.origin)
             w.end_block()
