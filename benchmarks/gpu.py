@@ -91,23 +91,38 @@ def _rhs_back(ga, gb, a, b, p0, p1, p2, p3):
             ga * a, -ga * a * b, gb * a * b, -gb * b)
 
 
+@cuda.jit(device=True, inline=True)
+def _rk4_step(a, b, dt, p0, p1, p2, p3):
+    k1a, k1b = _rhs(a, b, p0, p1, p2, p3)
+    k2a, k2b = _rhs(a + 0.5 * dt * k1a, b + 0.5 * dt * k1b, p0, p1, p2, p3)
+    k3a, k3b = _rhs(a + 0.5 * dt * k2a, b + 0.5 * dt * k2b, p0, p1, p2, p3)
+    k4a, k4b = _rhs(a + dt * k3a, b + dt * k3b, p0, p1, p2, p3)
+    return a + dt / 6.0 * (k1a + 2.0 * k2a + 2.0 * k3a + k4a), b + dt / 6.0 * (k1b + 2.0 * k2b + 2.0 * k3b + k4b)
+
+
 @cuda.jit
 def hand_rk4_forward(y0, p, n_steps, dt, out, states):
     """The primal, saving the state before each step (states[step, 0/1, i]: coalesced)."""
     i = cuda.grid(1)
     if i >= y0.shape[0]:
         return
-    p0, p1, p2, p3 = p[0], p[1], p[2], p[3]
     a, b = y0[i, 0], y0[i, 1]
     for s in range(n_steps):
         states[s, 0, i] = a
         states[s, 1, i] = b
-        k1a, k1b = _rhs(a, b, p0, p1, p2, p3)
-        k2a, k2b = _rhs(a + 0.5 * dt * k1a, b + 0.5 * dt * k1b, p0, p1, p2, p3)
-        k3a, k3b = _rhs(a + 0.5 * dt * k2a, b + 0.5 * dt * k2b, p0, p1, p2, p3)
-        k4a, k4b = _rhs(a + dt * k3a, b + dt * k3b, p0, p1, p2, p3)
-        a = a + dt / 6.0 * (k1a + 2.0 * k2a + 2.0 * k3a + k4a)
-        b = b + dt / 6.0 * (k1b + 2.0 * k2b + 2.0 * k3b + k4b)
+        a, b = _rk4_step(a, b, dt, p[0], p[1], p[2], p[3])
+    out[i, 0] = a
+    out[i, 1] = b
+
+
+@cuda.jit
+def hand_rk4_primal(y0, p, n_steps, dt, out):
+    i = cuda.grid(1)
+    if i >= y0.shape[0]:
+        return
+    a, b = y0[i, 0], y0[i, 1]
+    for s in range(n_steps):
+        a, b = _rk4_step(a, b, dt, p[0], p[1], p[2], p[3])
     out[i, 0] = a
     out[i, 1] = b
 
@@ -292,24 +307,6 @@ def ensemble_rk4(reps, quick):
           f"({(fwd + adj) / (hand_fwd + hand_adj):.2f}x hand-written, {(fwd + adj) / primal:.1f}x its primal)")
     print(f"  srcad end to end (host arrays, tape, gradient): {fmt(end_to_end)}")
     jax_rk4(y0, p, steps, dt, g_y0, g_p, reps, fwd + adj)
-
-
-@cuda.jit
-def hand_rk4_primal(y0, p, n_steps, dt, out):
-    i = cuda.grid(1)
-    if i >= y0.shape[0]:
-        return
-    p0, p1, p2, p3 = p[0], p[1], p[2], p[3]
-    a, b = y0[i, 0], y0[i, 1]
-    for s in range(n_steps):
-        k1a, k1b = _rhs(a, b, p0, p1, p2, p3)
-        k2a, k2b = _rhs(a + 0.5 * dt * k1a, b + 0.5 * dt * k1b, p0, p1, p2, p3)
-        k3a, k3b = _rhs(a + 0.5 * dt * k2a, b + 0.5 * dt * k2b, p0, p1, p2, p3)
-        k4a, k4b = _rhs(a + dt * k3a, b + dt * k3b, p0, p1, p2, p3)
-        a = a + dt / 6.0 * (k1a + 2.0 * k2a + 2.0 * k3a + k4a)
-        b = b + dt / 6.0 * (k1b + 2.0 * k2b + 2.0 * k3b + k4b)
-    out[i, 0] = a
-    out[i, 1] = b
 
 
 def jax_rk4(y0, p, steps, dt, g_y0, g_p, reps, srcad_seconds):

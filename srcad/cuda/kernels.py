@@ -69,6 +69,8 @@ class Kernel:
         check(target)
         self.python_function, self.outputs, self.target = pyfunc, outputs, target
         self._compiled = {}
+        params = list(inspect.signature(pyfunc).parameters)
+        self._output_positions = tuple((o, params.index(o)) for o in outputs)
         self._function = functools.partial(Function, boundscheck=boundscheck, target=target)
         functools.update_wrapper(self, pyfunc)
 
@@ -85,9 +87,7 @@ class Kernel:
         """A launch: the kernel writes into the output buffers passed as arrays, as Numba's does; a Tensor
         passed as one is a value, never changed: the launch starts from a copy of it (whose starting
         value then gets its gradient: 1 where the kernel does not write)."""
-        params = list(inspect.signature(self.python_function).parameters)
-        copied = tuple(o for o in self.outputs if params.index(o) < len(args)
-                       and isinstance(args[params.index(o)], Tensor))
+        copied = tuple(o for o, k in self._output_positions if k < len(args) and isinstance(args[k], Tensor))
         key = (len(blocks), copied)
         launch = self._compiled.get(key)
         if launch is None:

@@ -17,6 +17,7 @@ an element, none where they do not).
 import contextlib
 import threading
 
+import numba
 import numpy as np
 from numba import cuda
 
@@ -91,7 +92,6 @@ def compiling_ptx(cc=(9, 0)):
 
 
 def _ptx(kernel, args, checked):
-    import numba
     types = [numba.int64] + [numba.typeof(np.ascontiguousarray(a) if isinstance(a, np.ndarray) else a)
                              for a in args] + ([numba.int64[::1]] if checked else [])
     ptx, _ = cuda.compile_ptx(kernel.py_func, tuple(types), cc=_PTX.cc)

@@ -32,7 +32,7 @@ from ..errors import TransformError
 from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Effect, For, Global, If, Name, Pop, Push,
                   Reserve, Store, Subscript, Tuple, While)
 from ..ir.printer import Printer, Writer, expr_text
-from ..ir.visit import all_blocks, assigned, map_children, names_in, own_exprs, walk, written_array
+from ..ir.visit import all_blocks, assigned, defines, map_children, names_in, reads, walk, written_array
 from ..opt.cleanup import live_in
 from . import numba_cpu
 from .cache import import_source
@@ -84,7 +84,7 @@ def _thread_stacks(fn, loop):
             raise _refusal(fn, loop, "arrays saved inside a kernel", "save scalars: a kernel's thread cannot "
                            "allocate arrays")
         host = set(fn.params) | _bound_outside(fn, loop)
-        free = set().union(*(names_in(e) for e in own_exprs_all(size.setup) + [size.count])) - assigned(size.setup)
+        free = (set().union(*(reads(t) for t in walk(list(size.setup)))) | names_in(size.count)) - assigned(size.setup)
         if not free <= host:
             raise _refusal(fn, loop, "values saved in a loop whose trip count differs from thread to thread",
                            "bound the loop by the arguments, the same for every thread")
@@ -101,17 +101,9 @@ def _thread_stacks(fn, loop):
     return before + [loop]
 
 
-def own_exprs_all(stmts):
-    return [e for s in walk(list(stmts)) for e in own_exprs(s)]
-
-
 def _bound_outside(fn, loop):
     inside = {id(t) for t in walk(loop.body)}
-    return {n for t in walk(fn.body) if id(t) not in inside and t is not loop for n in _binds(t)}
-
-
-def _binds(t):
-    return {t.target} if isinstance(t, Assign) else {t.var} if isinstance(t, For) else set()
+    return {n for t in walk(fn.body) if id(t) not in inside and t is not loop for n in defines(t)}
 
 
 def _column_op(fn, s, thread):
@@ -152,13 +144,8 @@ class _Kernel:
     def __init__(self, fn, loop, name, live_after):
         self.fn, self.loop, self.name = fn, loop, name
         body = loop.body
-        inside = assigned(body) - {t.target.id for t in walk(body) if isinstance(t, Accumulate)
-                                   and isinstance(t.target, Name) and not _bound_by_assignment(body, t.target.id)}
-        used = set()
-        for t in walk(body):
-            used |= set().union(*(names_in(e) for e in own_exprs(t))) | ({t.array} if isinstance(t, Store) else set())
-            if isinstance(t, Accumulate) and isinstance(t.target, Name):
-                used.add(t.target.id)
+        inside = {n for t in walk(body) if not isinstance(t, Accumulate) for n in defines(t)}   # (sums: outside)
+        used = set().union(*(reads(t) for t in walk(body)))
         used |= names_in(loop.start) | names_in(loop.step)
         self.params = sorted(used - inside - {loop.var})
         self.cells = {t.target.id for t in walk(body) if isinstance(t, Accumulate) and isinstance(t.target, Name)
@@ -217,12 +204,6 @@ def _maybe_array(fn, a):
     """Is `a` an array, or of a type not known yet (the primal is printed before it is typed)?"""
     ty = fn.types.get(getattr(a, "id", None))
     return ty is None or isinstance(ty, nt.Array)
-
-
-def _bound_by_assignment(body, name):
-    return any(isinstance(t, (Assign, Pop)) and name in {getattr(t, "target", None),
-                                                         getattr(getattr(t, "target", None), "id", None)}
-               for t in walk(body))
 
 
 def _fresh(base, taken):
