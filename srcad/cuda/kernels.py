@@ -92,7 +92,7 @@ class Kernel:
         launch = self._compiled.get(key)
         if launch is None:
             launch = self._compiled[key] = self._function(launch_function(self, len(blocks), copied))
-        return launch(*args, *blocks, *threads)
+        return launch(*args, *blocks, *threads, *(b * t for b, t in zip(blocks, threads)))
 
     def __call__(self, *args):
         raise TypeError(f"{self.__name__} is a kernel: launch it as {self.__name__}[blocks, threads](...)")
@@ -116,9 +116,11 @@ def launch_function(k, ndim, copied=()):
     params = list(inspect.signature(pyfunc).parameters)
     blocks = [f"srcad_blocks_{a}" for a in AXES[:ndim]]
     threads = [f"srcad_threads_{a}" for a in AXES[:ndim]]
-    body = _thread_function(pyfunc, ndim, blocks, threads)
-    total = _product([_name(n) for n in blocks + threads])
-    call = ast.Expr(ast.Call(_name(f"{name}_thread"), [_name(n) for n in [THREAD] + blocks + threads + params], []))
+    widths = [f"srcad_width_{a}" for a in AXES[:ndim]]        # threads along each axis
+    body = _thread_function(pyfunc, ndim, blocks, threads, widths)
+    total = _product([_name(n) for n in widths])
+    call = ast.Expr(ast.Call(_name(f"{name}_thread"),
+                             [_name(n) for n in [THREAD] + blocks + threads + widths + params], []))
     parallel = k.target != "cpu" or not _adds_atomically(pyfunc)      # (Numba's threads would race on them)
     loop = ast.For(ast.Name(THREAD, ast.Store()),
                    ast.Call(_attr(_name("numba"), "prange") if parallel else _name("range"), [total], []), [call], [])
@@ -126,7 +128,7 @@ def launch_function(k, ndim, copied=()):
     ret = ast.Return(outs[0] if len(outs) == 1 else ast.Tuple(outs, ast.Load()))
     copies = [ast.Assign([ast.Name(o, ast.Store())], ast.Call(_attr(_name("np"), "copy"), [_name(o)], []))
               for o in copied]
-    args = ast.arguments([], [ast.arg(p) for p in params + blocks + threads], None, [], [], None, [])
+    args = ast.arguments([], [ast.arg(p) for p in params + blocks + threads + widths], None, [], [], None, [])
     module = ast.fix_missing_locations(ast.Module([ast.FunctionDef(name, args, copies + [loop, ret], [], None)], []))
     text = ast.unparse(module) + "\n"
     filename = f"<srcad launch of kernel {name}>"
@@ -143,7 +145,7 @@ def _adds_atomically(pyfunc):
     return any(isinstance(n, ast.Attribute) and n.attr == "atomic" for n in ast.walk(tree))
 
 
-def _thread_function(pyfunc, ndim, blocks, threads):
+def _thread_function(pyfunc, ndim, blocks, threads, widths):
     """`pyfunc` as the body of one thread: its source read as the user wrote it, then rewritten when
     the compiler parses it (`__srcad_rewrite__`), with the thread's number and the launch's shape as
     its first parameters."""
@@ -154,24 +156,24 @@ def _thread_function(pyfunc, ndim, blocks, threads):
     body = types.FunctionType(pyfunc.__code__, namespace, pyfunc.__name__, pyfunc.__defaults__, pyfunc.__closure__)
     body.__srcad_source__ = source
     body.__srcad_globals__ = (ADD_INTO,)
-    body.__srcad_rewrite__ = functools.partial(_rewrite, pyfunc, ndim, blocks, threads, source)
+    body.__srcad_rewrite__ = functools.partial(_rewrite, pyfunc, ndim, blocks, threads, widths, source)
     return body
 
 
-def _rewrite(pyfunc, ndim, blocks, threads, source, tree):
+def _rewrite(pyfunc, ndim, blocks, threads, widths, source, tree):
     """The kernel's parsed `tree` (a FunctionDef) as the body of one thread."""
-    tree.args.args[:0] = [ast.arg(n) for n in [THREAD] + blocks + threads]
-    _Intrinsics(pyfunc, ndim, blocks, threads, source).visit(tree)
+    tree.args.args[:0] = [ast.arg(n) for n in [THREAD] + blocks + threads + widths]
+    _Intrinsics(pyfunc, ndim, blocks, threads, widths, source).visit(tree)
     return tree
 
 
 class _Intrinsics(ast.NodeTransformer):
     """numba.cuda's thread intrinsics as arithmetic on the thread's number; atomic adds as `+=`."""
 
-    def __init__(self, pyfunc, ndim, blocks, threads, source):
+    def __init__(self, pyfunc, ndim, blocks, threads, widths, source):
         self.pyfunc, self.ndim, self.source = pyfunc, ndim, source
         self.blocks, self.threads = [_name(n) for n in blocks], [_name(n) for n in threads]
-        width = [_product([b, t]) for b, t in zip(self.blocks, self.threads)]      # threads along each axis
+        width = [_name(n) for n in widths]     # (names the launch binds: the stride of a grid-stride loop)
         t = _name(THREAD)
         self.grid = [_binop(t, ast.Mod(), width[0]) if ndim > 1 else t]
         if ndim > 1:
@@ -219,22 +221,32 @@ class _Intrinsics(ast.NodeTransformer):
 
     def visit_BinOp(self, node):
         """`cuda.threadIdx.x + cuda.blockIdx.x * cuda.blockDim.x` (either way round) is the thread's
-        coordinate in the grid, as `cuda.grid` gives it: written so, the analysis that sees which
-        elements are the thread's own recognises it."""
+        coordinate in the grid, as `cuda.grid` gives it, and `cuda.blockDim.x * cuda.gridDim.x` the
+        grid's width, as `cuda.gridsize` gives it: written so, the analysis that sees which elements
+        are the thread's own (in a grid-stride loop too) recognises them."""
         if isinstance(node.op, ast.Add):
             for a, b in ((node.left, node.right), (node.right, node.left)):
                 axis = self._grid_sum(a, b)
                 if axis is not None:
                     return ast.copy_location(self._coordinate(axis), node)
+        axis = self._pair(node, "blockDim", "gridDim") if isinstance(node.op, ast.Mult) else None
+        if axis is not None:
+            return ast.copy_location(self.width[axis] if axis < self.ndim else _const(1), node)
         return self.generic_visit(node)
+
+    def _pair(self, product, a, b):
+        """The axis of `cuda.<a>.x * cuda.<b>.x` (either order, one axis), else None."""
+        pair = {self._path(product.left), self._path(product.right)}
+        axes = [k for k in range(3) if pair == {(a, AXES[k]), (b, AXES[k])}]
+        return axes[0] if axes else None
 
     def _grid_sum(self, thread, product):
         t = self._path(thread)
         if t is None or len(t) != 2 or t[0] != "threadIdx" or not isinstance(product, ast.BinOp) \
                 or not isinstance(product.op, ast.Mult):
             return None
-        pair = {self._path(product.left), self._path(product.right)}
-        return AXES.index(t[1]) if pair == {("blockIdx", t[1]), ("blockDim", t[1])} else None
+        axis = self._pair(product, "blockIdx", "blockDim")
+        return axis if axis is not None and AXES[axis] == t[1] else None
 
     def _coordinate(self, axis):
         return self.grid[axis] if axis < self.ndim else _const(0)

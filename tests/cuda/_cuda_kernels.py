@@ -110,6 +110,21 @@ def keeps_unwritten(x, out):
         out[i] = math.exp(x[i])
 
 
+def grid_stride(x, out):
+    """Fewer threads than elements: each thread strides over the array by the grid's size."""
+    start = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    for i in range(start, x.shape[0], stride):
+        out[i] = x[i] * x[i] + math.sin(x[i])
+
+
+def grid_stride_scaled(w, x, out):
+    """A grid-stride loop written with the thread intrinsics, and a shared parameter."""
+    for i in range(cuda.threadIdx.x + cuda.blockIdx.x * cuda.blockDim.x, x.shape[0],
+                   cuda.blockDim.x * cuda.gridDim.x):
+        out[i] = w[0] * math.tanh(x[i]) ** 2
+
+
 def _vec(n, lo=-1.0, hi=1.0):
     return lambda rng: rng.uniform(lo, hi, n)
 
@@ -135,6 +150,9 @@ CASES = {
     "row_norms": (row_norms, ["out"], 1, 32, lambda r: (r.uniform(-1, 1, (20, 5)), np.zeros(20)), (0,)),
     "two_outputs": (two_outputs, ["mean", "spread"], 2, 16,
                     lambda r: (r.uniform(-1, 1, 30), np.array([0.7, 0.2]), np.zeros(30), np.zeros(30)), (0, 1)),
+    "grid_stride": (grid_stride, ["out"], 2, 16, lambda r: (r.uniform(-1, 1, 100), np.zeros(100)), (0,)),
+    "grid_stride_scaled": (grid_stride_scaled, ["out"], 3, 8,
+                           lambda r: (np.array([0.8]), r.uniform(-1, 1, 90), np.zeros(90)), (0, 1)),
     "keeps_unwritten": (keeps_unwritten, ["out"], 1, 32, lambda r: (r.uniform(-1, 1, 20), r.uniform(-1, 1, 20)),
                         (0,)),
 }

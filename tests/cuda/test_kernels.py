@@ -155,7 +155,8 @@ def test_generated_kernels_compile_to_ptx_with_atomics_only_where_threads_share(
               "gather": (False, True), "scatter": (True, False),
               "stencil_1d": (False, True), "stencil_2d": (False, True), "ensemble_rk4": (False, True),
               "device_helper": (False, True), "row_norms": (False, False), "two_outputs": (False, True),
-              "keeps_unwritten": (False, False)}
+              "keeps_unwritten": (False, False), "grid_stride": (False, False),
+              "grid_stride_scaled": (False, True)}
     assert set(found) == set(shared)
     for name, (forward, adjoint) in shared.items():
         assert found[name] == [forward, adjoint], name

@@ -80,7 +80,8 @@ def _independent(fn, loop, live_after, atomic_sums):
         return False
     threads = {t.target for t in body if isinstance(t, Assign) and t.value == Call(THREAD_ID)}
     written = {written_array(t) for t in walk(body)} - {None}
-    return all(a in bound and a not in exposed or any(disjoint(body, a, v) for v in {loop.var} | threads)
+    return all(a in bound and a not in exposed or disjoint(body, a, loop.var, width(fn, loop))
+               or any(disjoint(body, a, v) for v in threads)
                or atomic_sums and _only_added_into(body, a) for a in written)
 
 
@@ -152,7 +153,7 @@ def _shared_sums(fn, loop, body, own_stacks):
             shared |= names
     written = {written_array(t) for t in walk(body)} - {None}
     for a in written & exposed:                    # arrays of the code around the loop
-        if disjoint(body, a, loop.var):
+        if disjoint(body, a, loop.var, width(fn, loop)):
             continue
         if not all(isinstance(t, Accumulate) for t in walk(body) if written_array(t) == a):
             return None
@@ -172,11 +173,27 @@ def _only_added_into(body, a):
     return True
 
 
-def disjoint(body, a, var):
+def width(fn, loop):
+    """How many iterations `loop` of `fn` runs, as an expression of names `fn` never binds, when it
+    counts from 0 by 1 (else None): a loop inside an iteration `for i in range(var, n, width)` visits
+    that iteration's own indices alone."""
+    if loop.start != Const(0) or loop.step != Const(1):
+        return None
+    stop = loop.stop
+    if isinstance(stop, Name):
+        values = [t.value if isinstance(t, Assign) else None for t in walk(fn.body) if stop.id in defines(t)]
+        if values:
+            stop = values[0] if all(v is not None and v == values[0] for v in values) else None
+    fixed = stop is not None and not any(names_in(stop) & defines(t) for t in walk(fn.body))
+    return stop if fixed else None
+
+
+def disjoint(body, a, var, count=None):
     """Is every use of array `a` in `body` an element or a region indexed by the loop index `var`,
     in the same axis (so that two iterations never touch the same element)? A name bound once in
-    `body` to the loop index (`i = t`, a kernel's `i = cuda.grid(1)`) is the loop index too."""
-    place = own_places(body, var)
+    `body` to the loop index (`i = t`, a kernel's `i = cuda.grid(1)`) is the loop index too, and so is
+    the index of a loop striding from it by the `count` of iterations (a grid-stride loop)."""
+    place = own_places(body, var, count)
     axes = set()
     for t in walk(body):
         if isinstance(t, Effect):
@@ -193,21 +210,18 @@ def disjoint(body, a, var):
     return len(axes) == 1 and None not in axes
 
 
-def own_places(body, var):
+def own_places(body, var, count=None):
     """A function telling where an index tuple holds the iteration's own coordinates (None if it
     does not): `("axis", k)` where axis k holds the loop index `var` (or a name `body` binds only to a
-    copy of it), `("pair", p, q)` where axes p and q hold `var % w` and `var // w` for one `w` the
-    same in every iteration (a two-dimensional grid: `x, y = cuda.grid(2)`)."""
-    values = {}
+    copy of it, or to the index of a loop `range(own, n, count)` of `count` the number of iterations),
+    `("pair", p, q)` where axes p and q hold `var % w` and `var // w` for one `w` the same in every
+    iteration (a two-dimensional grid: `x, y = cuda.grid(2)`)."""
+    values, binders = {}, {}
     for t in walk(body):
         for n in defines(t):
             values.setdefault(n, set()).add(t.value if isinstance(t, Assign) else None)
+            binders.setdefault(n, []).append(t)
     bound = set(values)
-    own, grew = {var}, True
-    while grew:
-        more = {n for n, vs in values.items() if n not in own and all(isinstance(v, Name) and v.id in own for v in vs)}
-        own |= more
-        grew = bool(more)
 
     def invariant(w):
         """`w` as an expression of names the same in every iteration (a name bound once to one
@@ -216,6 +230,29 @@ def own_places(body, var):
             vs = values[w.id]
             w = next(iter(vs)) if len(vs) == 1 else None
         return w if w is not None and not names_in(w) & bound else None
+
+    def is_count(e):
+        return count is not None and invariant(e) == count
+
+    def copies_own(t, own):
+        """Does `t` bind its name to the iteration's own index: a copy of one, or the index of a loop
+        striding by the `count` of iterations from one (`range(own, n, count)`), or back to it (the
+        reverse pass's `range(own + m * count, own - count, -count)`)?"""
+        if isinstance(t, Assign):
+            return isinstance(t.value, Name) and t.value.id in own
+        if not isinstance(t, For):
+            return False
+        if isinstance(t.start, Name) and t.start.id in own:
+            return is_count(t.step)
+        up = t.start
+        return isinstance(up, BinOp) and up.op == "+" and isinstance(up.left, Name) and up.left.id in own \
+            and isinstance(up.right, BinOp) and up.right.op == "*" and is_count(up.right.right) \
+            and t.step == BinOp("-", Const(0), up.right.right) and t.stop == BinOp("-", up.left, up.right.right)
+    own, grew = {var}, True
+    while grew:
+        more = {n for n, ts in binders.items() if n not in own and all(copies_own(t, own) for t in ts)}
+        own |= more
+        grew = bool(more)
 
     def split(op):
         """{name: w} of the names bound only to `own <op> w`, w the same in every iteration."""

@@ -26,7 +26,7 @@ from dataclasses import replace
 from numba.core import types as nt
 
 from ...cuda import device, launch
-from ..ad.parallel import disjoint, serial_where_unsafe
+from ..ad.parallel import disjoint, serial_where_unsafe, width
 from ..ad.saving import Policy, Unsized, save_sizes
 from ..errors import TransformError
 from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Effect, For, Global, If, Name, Pop, Push,
@@ -156,7 +156,7 @@ class _Kernel:
         scratch = _fresh_arrays(fn) - live_after        # made by the host code, not read after the kernel
         self.written = [k for k, p in enumerate(self.params)
                         if p in self.cells or p not in scratch and any(written_array(t) == p for t in walk(body))]
-        self.own = {a for a in {written_array(t) for t in walk(body)} - {None} if disjoint(body, a, loop.var)}
+        self.own = {a for a in {written_array(t) for t in walk(body)} - {None} if disjoint(body, a, loop.var, width(fn, loop))}
         taken = set(self.params) | assigned(body) | {loop.var}
         checks = any(isinstance(t, Effect) and t.call.fn in _CHECKS for t in walk(body))
         self.errors = [_fresh("errors", taken)] if checks else []     # the error record, where there are checks
