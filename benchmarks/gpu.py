@@ -13,7 +13,8 @@ then times, interleaved, minimum of `--reps`:
 
 Workloads: an ensemble of Lotka-Volterra systems integrated by RK4 in each thread (65,536 x 1000 steps),
 a gather `w * sin(x[idx[i]])` (1e7 from 1e6, loss sum(out^2)), softplus `a * log(1 + exp(x))` over
-1e8 float32, a tiny launch (1e3 elements), and a device copy of 1e8 float32 for the bandwidth.
+1e8 float32 (as a kernel, and as a scalar function under `@ad.function(target="cuda")` against JAX's fused
+`value_and_grad`), a tiny launch (1e3 elements), and a device copy of 1e8 float32 for the bandwidth.
 """
 import argparse
 import math
@@ -69,6 +70,11 @@ def gather(x, w, idx, out):
     i = cuda.grid(1)
     if i < out.shape[0]:
         out[i] = w[0] * math.sin(x[idx[i]])
+
+
+def softplus_scalar(a, x):
+    """The same softplus as a scalar function, for `@ad.function(target="cuda")` (elementwise)."""
+    return a * math.log(1.0 + math.exp(x))
 
 
 def softplus(a, x, out):
@@ -234,13 +240,14 @@ def wall_time(step, reps):
     return best
 
 
-def srcad_gradient(k, config, args, active, loss):
-    """(loss, gradients, {kernel: [seconds]}) of one recorded launch and its gradient."""
+def srcad_gradient(launch, args, active, loss):
+    """(loss, gradients, {kernel: [seconds]}) of one recorded call of `launch` (`k[blocks, threads]`, or an
+    elementwise function) and its gradient."""
     from srcad.cuda.launch import kernel_times
     with kernel_times() as times:
         values = [ad.Variable(a) if i in active else a for i, a in enumerate(args)]
         with ad.GradientTape() as tape:
-            out = k[config](*values)
+            out = launch(*values)
             value = loss(out)
         grads = tape.gradient(value, [values[i] for i in active])
     return float(value), [g.numpy() for g in grads], times
@@ -282,7 +289,7 @@ def ensemble_rk4(reps, quick):
     threads = 128
     blocks = (n + threads - 1) // threads
     k = ad.kernel(ensemble, outputs=["out"])
-    loss, (g_y0, g_p), _ = srcad_gradient(k, (blocks, threads), (y0, p, steps, dt, np.zeros((n, 2))), (0, 1),
+    loss, (g_y0, g_p), _ = srcad_gradient(k[blocks, threads], (y0, p, steps, dt, np.zeros((n, 2))), (0, 1),
                                           lambda out: np.sum(out))
     d_y0, d_p, d_out = cuda.to_device(np.zeros((n, 2))), cuda.to_device(np.zeros(4)), cuda.to_device(np.ones((n, 2)))
     dy0, dp, dout = cuda.to_device(y0), cuda.to_device(p), cuda.device_array((n, 2))
@@ -296,10 +303,10 @@ def ensemble_rk4(reps, quick):
     primal = events_time(lambda: hand_rk4_primal[blocks, threads](dy0, dp, steps, dt, dout), reps)
     hand_fwd = events_time(lambda: hand_rk4_forward[blocks, threads](dy0, dp, steps, dt, dout, states), reps)
     hand_adj = events_time(lambda: hand_rk4_adjoint[blocks, threads](dp, steps, dt, states, d_out, d_y0, d_p), reps)
-    gen = [kernel_seconds(srcad_gradient(k, (blocks, threads), (y0, p, steps, dt, np.zeros((n, 2))), (0, 1),
+    gen = [kernel_seconds(srcad_gradient(k[blocks, threads], (y0, p, steps, dt, np.zeros((n, 2))), (0, 1),
                                          lambda out: np.sum(out))[2]) for _ in range(reps)]
     fwd, adj = min(g[0] for g in gen), min(g[1] for g in gen)
-    end_to_end = wall_time(lambda: srcad_gradient(k, (blocks, threads), (y0, p, steps, dt, np.zeros((n, 2))),
+    end_to_end = wall_time(lambda: srcad_gradient(k[blocks, threads], (y0, p, steps, dt, np.zeros((n, 2))),
                                                   (0, 1), lambda out: np.sum(out)), max(3, reps // 4))
     print(f"  hand-written: primal {fmt(primal)}, forward {fmt(hand_fwd)}, adjoint {fmt(hand_adj)}, "
           f"forward + adjoint {fmt(hand_fwd + hand_adj)}")
@@ -351,7 +358,7 @@ def gather_workload(reps, quick):
     blocks = (n_out + threads - 1) // threads
     k = ad.kernel(gather, outputs=["out"])
     args = (x, w, idx, np.zeros(n_out))
-    loss, (g_x, g_w), _ = srcad_gradient(k, (blocks, threads), args, (0, 1), lambda out: np.sum(out * out))
+    loss, (g_x, g_w), _ = srcad_gradient(k[blocks, threads], args, (0, 1), lambda out: np.sum(out * out))
     dx, dw, didx, dout = (cuda.to_device(a) for a in (x, w, idx, np.zeros(n_out)))
     d_x, d_w = cuda.to_device(np.zeros(n_x)), cuda.to_device(np.zeros(1))
     hand_gather_forward[blocks, threads](dx, dw, didx, dout)
@@ -361,7 +368,7 @@ def gather_workload(reps, quick):
         return
     hand = events_time(lambda: (hand_gather_forward[blocks, threads](dx, dw, didx, dout),
                                 hand_gather_adjoint[blocks, threads](dx, dw, didx, dout, d_x, d_w)), reps)
-    gen = [kernel_seconds(srcad_gradient(k, (blocks, threads), args, (0, 1), lambda out: np.sum(out * out))[2])
+    gen = [kernel_seconds(srcad_gradient(k[blocks, threads], args, (0, 1), lambda out: np.sum(out * out))[2])
            for _ in range(max(3, reps // 4))]
     fwd, adj = min(g[0] for g in gen), min(g[1] for g in gen)
     print(f"  hand-written forward + adjoint {fmt(hand)}; srcad kernels forward {fmt(fwd)} + adjoint {fmt(adj)} "
@@ -389,7 +396,7 @@ def softplus_workload(reps, quick):
     k = ad.kernel(softplus, outputs=["out"])
     try:
         args = (a, x, np.zeros(n, np.float32))
-        gen = [kernel_seconds(srcad_gradient(k, (blocks, threads), args, (0, 1), lambda out: np.sum(out))[2])
+        gen = [kernel_seconds(srcad_gradient(k[blocks, threads], args, (0, 1), lambda out: np.sum(out))[2])
                for _ in range(max(3, reps // 4))]
     except Exception as exc:
         print(f"  srcad: FAILED ({type(exc).__name__}: {str(exc)[:300]})")
@@ -406,6 +413,27 @@ def softplus_workload(reps, quick):
     print(f"  device copy: {fmt(copy)} ({bandwidth / 1e12:.2f} TB/s read + written)")
     print(f"  hand-written forward {fmt(hf)}, adjoint {fmt(ha)}; srcad kernels forward {fmt(fwd)} ({fwd / hf:.2f}x), "
           f"adjoint {fmt(adj)} ({adj / ha:.2f}x)")
+    elementwise = ad.function(softplus_scalar, target="cuda")
+    loss, (g_a, g_x), _ = srcad_gradient(elementwise, (a, x), (0, 1), lambda out: np.sum(out))
+    hand_x = d_x.copy_to_host()
+    if not agree("elementwise vs hand-written d_x (float32)", g_x, hand_x, 1e-5):
+        return
+    gen = [kernel_seconds(srcad_gradient(elementwise, (a, x), (0, 1), lambda out: np.sum(out))[2])
+           for _ in range(max(3, reps // 4))]
+    efwd, eadj = min(g[0] for g in gen), min(g[1] for g in gen)
+    print(f"  @ad.function(target='cuda') kernels: forward {fmt(efwd)} ({efwd / hf:.2f}x hand), adjoint {fmt(eadj)} "
+          f"({eadj / ha:.2f}x hand), value and gradient {fmt(efwd + eadj)}; adjoint moves {3 * 4 * n / eadj / 1e12:.2f} "
+          f"TB/s ({3 * 4 * n / eadj / bandwidth:.0%} of the copy's)")
+    try:
+        import jax
+        import jax.numpy as jnp
+        f = jax.jit(jax.value_and_grad(lambda a, x: jnp.sum(a[0] * jnp.log1p(jnp.exp(x))), argnums=(0, 1)))
+        ja, jx = jnp.asarray(a), jnp.asarray(x)
+        t = wall_time(lambda: jax.block_until_ready(f(ja, jx)), reps)
+        print(f"  JAX jit(value_and_grad), fused: {fmt(t)} (srcad elementwise value and gradient "
+              f"{t / (efwd + eadj):.2f}x faster)")
+    except Exception as exc:
+        print(f"  JAX: skipped ({type(exc).__name__}: {exc})")
 
 
 def tiny_launch(reps, quick):

@@ -39,17 +39,14 @@ def function(pyfunc=None, *, target="cpu", boundscheck=None):
     little; ``boundscheck=False`` drops them for the last percent, and then such
     an index reads or writes memory it should not. None (the default) follows the
     environment variable ``SRCAD_BOUNDSCHECK`` (``0`` turns the checks off).
-    ``target`` names where it is compiled for (``"cpu"``: Numba on this machine); another name
-    is a ValueError listing the targets there are.
+    ``target`` names where it is compiled for: ``"cpu"`` (Numba on this machine), or ``"cuda"``, where
+    ``pyfunc`` is a scalar function applied elementwise on the GPU, with NumPy's broadcasting
+    (docs/cuda.md); another name is a ValueError listing the targets there are.
     """
     try:
         check_target(target)
     except ValueError as exc:
         raise ValueError(f"@ad.function: {exc}") from None
-    if target == "cuda":
-        raise ValueError("@ad.function: target='cuda' compiles kernels: write the kernel for numba.cuda and decorate "
-                         "it with @ad.kernel(outputs=[...]) (docs/cuda.md); elementwise functions on the GPU are not "
-                         "built yet")
     if boundscheck not in (None, True, False):
         raise TypeError(f"@ad.function: boundscheck must be True, False or None, got {boundscheck!r}")
     if pyfunc is None:
@@ -58,6 +55,9 @@ def function(pyfunc=None, *, target="cpu", boundscheck=None):
         return pyfunc
     if not inspect.isfunction(pyfunc):
         raise TypeError(f"@ad.function expects a Python function, got {pyfunc!r} of type {type(pyfunc).__name__}")
+    if target == "cuda":              # a scalar function, applied elementwise on the GPU (docs/cuda.md)
+        from .cuda.elementwise import Elementwise
+        return Elementwise(pyfunc, boundscheck)
     return Function(pyfunc, boundscheck, target)
 
 

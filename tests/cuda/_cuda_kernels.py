@@ -125,6 +125,11 @@ def grid_stride_scaled(w, x, out):
         out[i] = w[0] * math.tanh(x[i]) ** 2
 
 
+def elementwise_scale(x, w):
+    """A scalar function, for `@ad.function(target="cuda")`."""
+    return w * math.sin(x)
+
+
 def _vec(n, lo=-1.0, hi=1.0):
     return lambda rng: rng.uniform(lo, hi, n)
 

@@ -9,7 +9,7 @@ stores and calls, which `module_source` prints with a header of imports.
 `infer_types` runs Numba's type inference (only) on a printed function; `jit`
 compiles with Numba's on-disk cache and `load_cached` loads machine code from
 it cheaply. Every Numba cache this target uses, srcad's runtime helpers'
-included, drops an entry it cannot load (`_DroppingCache`).
+included, drops an entry it cannot load (`DroppingEntries`).
 """
 import contextlib
 import glob
@@ -223,10 +223,10 @@ def uses_prange(function):
     return "prange" in function.__code__.co_names
 
 
-class _DroppingCache(FunctionCache):
-    """Numba's disk cache of one function, except that an entry it cannot load (its index or data file
-    truncated by a full disk or a killed process: Numba unpickles them and raises, and so would every
-    later process) is discarded with a warning and compiled again instead of failing the compile."""
+class DroppingEntries:
+    """A Numba disk cache (mixed into its class) that discards an entry it cannot load (its index or
+    data file truncated by a full disk or a killed process: Numba unpickles them and raises, and so
+    would every later process) with a warning, and compiles again instead of failing the compile."""
 
     def load_overload(self, sig, target_context):
         try:
@@ -241,6 +241,10 @@ class _DroppingCache(FunctionCache):
         except Exception as exc:      # an index another process left truncated since our load
             _discard_numba_entry(self._cache_file._index_path, exc)
             super().save_overload(sig, data)
+
+
+class _DroppingCache(DroppingEntries, FunctionCache):
+    """Numba's disk cache of one CPU function, dropping entries it cannot load."""
 
 
 def _dropping(dispatcher):

@@ -281,7 +281,7 @@ class _KernelPrinter(Printer):
             w.line(1, self.exit)
             w.line(0, "")
             w.line(0, "")
-        w.line(0, "@cuda.jit")
+        w.line(0, "@cuda.jit(cache=True)")
         w.line(0, f"def {k.name}({', '.join([k.count] + params + k.errors)}):")
         w.line(1, f"{k.index} = cuda.grid(1)")
         if not sums:
@@ -420,6 +420,22 @@ class Host:
         return self._jitted
 
 
+def _dropping(kernel):
+    """A kernel's Numba disk cache (its compiled code, next to the generated module, as the CPU's) made to
+    drop entries it cannot load, as the CPU target's caches do (`numba_cpu.DroppingEntries`)."""
+    if _CUDACache is not None and type(getattr(kernel, "_cache", None)) is _CUDACache:
+        kernel._cache.__class__ = _DroppingCUDACache
+
+
+try:
+    from numba.cuda.dispatcher import CUDACache as _CUDACache
+except ImportError:                   # Numba's CUDA simulator: nothing is compiled, nothing cached
+    _CUDACache = None
+else:
+    class _DroppingCUDACache(numba_cpu.DroppingEntries, _CUDACache):
+        """numba-cuda's disk cache of one kernel, dropping entries it cannot load."""
+
+
 class NumbaCUDA(numba_cpu.NumbaCPU):
     """Kernels for one thread per iteration of each parallel loop, host code around them (see module)."""
     name = "cuda"
@@ -440,6 +456,8 @@ class NumbaCUDA(numba_cpu.NumbaCPU):
     def load(self, path, source, name, callees=None):
         module = import_source(path, source)
         vars(module).update(callees or {})
+        for value in vars(module).values():
+            _dropping(value)
         return Host(getattr(module, name), getattr(module, f"{name}_cpu"))
 
     def load_cached(self, dispatcher, args):
