@@ -193,10 +193,6 @@ NONDIFF = frozenset("""
 # is in NONDIFF or is written as functions that have one, `front/lower.py` WRITTEN_AS;
 # tests/compiler/test_numba_values.py checks the list, docs/subset.md lists them).
 NOT_DIFFERENTIATED = {name: reason for names, reason in (
-    ("np.percentile np.nanpercentile np.quantile np.nanquantile",
-     "no rule yet; sort with np.sort (differentiated) and interpolate between neighbours"),
-    ("np.interp np.cov np.corrcoef",
-     "no rule yet; write it as loops over the arrays"),
     ("srcad.rule_vjp", "forward mode (a tangent, ad.jvp, ad.hvp, a forward-mode jacobian) through a function "
      "with a custom VJP (defvjp) is not supported: give it a forward rule with defjvp"),
     ("srcad.rule_curvature", "a derivative of third order through a function with a custom rule (defjvp) is not "

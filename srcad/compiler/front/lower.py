@@ -26,6 +26,7 @@ from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Compare, Const, Ef
 from ..ir.facts import Lowered
 from ..ir.forms import is_atom, is_shape_entry, is_tree
 from ..ir.visit import names_in
+from . import numpy_in_python
 from .parse import FuncInfo, all_names, canonical_callable, is_stop_gradient, load, loop_kind, resolve, unwrap
 from .rules_of_functions import rule_of
 
@@ -56,6 +57,9 @@ WRITTEN_AS = {"np.ptp": "peak_to_peak", "np.ediff1d": "differences_of_flat", "np
               "np.nancumsum": "nancumsum", "np.nanprod": "nanprod", "np.vstack": "stacked_rows",
               "np.cumprod": "running_product", "np.nancumprod": "nan_running_product", "np.convolve": "convolution",
               "np.correlate": "correlation", "np.vander": "vandermonde"}
+# NumPy functions written in Python (`numpy_in_python`), inlined where called like a user's helper
+WRITTEN_IN_PYTHON = {f"np.{name}": getattr(numpy_in_python, name) for name in (
+    "interp", "percentile", "nanpercentile", "quantile", "nanquantile", "cov", "corrcoef")}
 # parameters passed by keyword that derivative rules read by position, and their defaults
 _POSITIONAL = {"np.full": ("shape", "fill_value"), "np.full_like": ("a", "fill_value"),
                "np.linspace": ("start", "stop", "num")}
@@ -291,6 +295,7 @@ class _Lowerer:
         self.ctx, self.info = ctx, info
         self.rename, self.subst = rename, subst
         self.nones = nones           # parameters passed None: only `is None` tests may read them
+        self.given = frozenset()     # parameters passed something else, where that decides `is None` tests
         self.helper = helper
         self.call_path = call_path   # this inlined call of a helper (Origin.call)
         self.known = {}              # id of a test's AST node -> its value when made of constants, or None
@@ -1060,8 +1065,11 @@ class _Lowerer:
         return UnaryOp("not", hit) if negate else hit
 
     def none_test(self, node):
-        """`w is None` / `w is not None` of a parameter passed None, decided here; else None."""
+        """`w is None` / `w is not None` of a parameter passed None (or known `given`), decided here; else None."""
         op, sides = node.ops[0], (node.left, node.comparators[0])
+        if isinstance(op, (ast.Is, ast.IsNot)) and isinstance(sides[0], ast.Name) and sides[0].id in self.given \
+                and _is_none(sides[1]):
+            return Const(isinstance(op, ast.IsNot))
         if isinstance(op, (ast.Is, ast.IsNot)) and \
                 any(isinstance(a, ast.Name) and a.id in self.nones for a in sides) and \
                 all(isinstance(a, ast.Name) and a.id in self.nones or isinstance(a, ast.Constant) and a.value is None
@@ -1546,7 +1554,7 @@ class _Lowerer:
             if kind[0] == "stop_gradient":
                 return self.stop_gradient(node)
             if kind[0] == "callable":
-                return self.call(kind[1], node.args, kws)
+                return self.call(kind[1], node.args, kws, node)
             if kind[0] == "builtin" and kind[1] in _BUILTINS:
                 return self.call(kind[1], node.args, kws)
             if kind[0] == "unknown" and _is_named_tuple(kind[1]):
@@ -1561,7 +1569,7 @@ class _Lowerer:
                 if is_stop_gradient(obj):
                     return self.stop_gradient(node)
                 if path is not None:
-                    return self.call(canonical_callable(obj) or path, node.args, kws)
+                    return self.call(canonical_callable(obj) or path, node.args, kws, node)
             of_value = not isinstance(f.value, ast.Name) or self.is_local(f.value.id) or \
                 resolve(self.info, f.value.id)[0] == "array"
             if f.attr in _METHODS and of_value:
@@ -1580,10 +1588,13 @@ class _Lowerer:
         raise self.err(node, "this call", "call math/NumPy functions, plain Python functions, or the array "
                        "methods " + ", ".join(sorted(_METHODS)))
 
-    def call(self, fn, args, kws):
-        """A call of a known function; n-ary min/max become nested binary ones (Python's tie rule: the
-        first of equal values wins, as the rule for `max(a, b)` assumes)."""
+    def call(self, fn, args, kws, node=None):
+        """A call of a known function (made at `node`, where it is a call in the source); n-ary min/max
+        become nested binary ones (Python's tie rule: the first of equal values wins, as the rule for
+        `max(a, b)` assumes)."""
         fn = _SUPPLIED.get(fn, fn)
+        if fn in WRITTEN_IN_PYTHON and node is not None:
+            return self.written_in_python(WRITTEN_IN_PYTHON[fn], args, kws, node)
         if fn in WRITTEN_AS:
             written = getattr(self, WRITTEN_AS[fn])(args, kws)
             if written is not None:
@@ -1778,9 +1789,9 @@ class _Lowerer:
             return Tuple(tuple(outs)) if is_tuple else outs[0]
         return self.inline_bound(callee, info, params, args, node)
 
-    def inline_bound(self, callee, info, params, args, node, rule=False):
+    def inline_bound(self, callee, info, params, args, node, rule=False, given=frozenset()):
         """The inlined body of `callee` (parsed as `info`) for the arguments `args` of its `params`;
-        `rule`: it is a custom rule (`through_rule`)."""
+        `rule`: it is a custom rule (`through_rule`); `given`: parameters whose `is None` tests are False."""
         k = self.ctx.sites.get(info.name, 0) + 1
         self.ctx.sites[info.name] = k
         prefix = info.name if k == 1 else f"{info.name}{k}"
@@ -1807,7 +1818,7 @@ class _Lowerer:
         self.ctx.stack.append(callee.key)
         self.ctx.calls += 1
         sub = _Lowerer(self.ctx, info, rename, subst, True, self.call_path + (self.ctx.calls,), nones)
-        sub.rule = rule
+        sub.rule, sub.given = rule, frozenset(given)
         if callee.definer is not None:
             sub.defs.update((n, d) for n, d in callee.definer.defs.items() if n not in rename)
         try:
@@ -1884,6 +1895,20 @@ class _Lowerer:
         if of_tuple:
             return Tuple(tuple(self.cotangent_atoms(i, False) for i in self.tuple_items(c)))
         return self.as_atom(c)
+
+    def written_in_python(self, pyfunc, args, kws, node):
+        """A NumPy function `numpy_in_python` writes, inlined for the call's arguments."""
+        info = self.ctx.load(pyfunc)
+        params = [a.arg for a in info.tree.args.args]
+        defaults = dict(zip(params[len(params) - len(pyfunc.__defaults__ or ()):], pyfunc.__defaults__ or ()))
+        named = dict(kws)
+        given = dict(zip(params, (self.atom(a) for a in args))) | {k: self.as_atom(v) for k, v in named.items()}
+        if len(args) > len(params) or set(named) - set(params[len(args):]) or set(params) - set(given) - set(defaults):
+            raise self.err(node, f"np.{pyfunc.__name__} with other arguments than ({', '.join(params)})",
+                           f"call it as np.{pyfunc.__name__}({', '.join(params)}), as Numba supports it")
+        known = {p for p in given if p in defaults and defaults[p] is None and given[p] != Const(None)}
+        return self.inline_bound(_Callee(pyfunc=pyfunc), info, params,
+                                 [given[p] if p in given else Const(defaults[p]) for p in params], node, given=known)
 
     def inline_rule(self, pyfunc, args, node):
         """(its parsed form, its result): rule function `pyfunc` inlined for the argument atoms `args` by position."""
