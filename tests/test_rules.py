@@ -112,6 +112,8 @@ CASES += [
     case("inv-batched", lambda a: np.linalg.inv(a), ((2, 3, 3), "wellcond")),
     case("det", lambda a: np.linalg.det(a), ((3, 3), "wellcond")),
     case("det-batched", lambda a: np.linalg.det(a), ((2, 3, 3), "wellcond")),
+    case("cholesky", lambda a: np.linalg.cholesky(a), ((3, 3), "wellcond")),       # (of its lower triangle: PD)
+    case("cholesky-batched", lambda a: np.linalg.cholesky(a), ((2, 3, 3), "wellcond")),
     case("solve-vec", lambda a, b: np.linalg.solve(a, b), ((3, 3), "wellcond"), (3,)),
     case("solve-mat", lambda a, b: np.linalg.solve(a, b), ((3, 3), "wellcond"), (3, 2)),
     # shapes

@@ -295,6 +295,15 @@ def _linalg_solve_vjp_b(g, ans, a, b):
     return linalg_solve(_swap_last(a), g)
 
 
+def _linalg_cholesky_vjp(g, ans, x):
+    """With S = L⁻ᵀ Φ(Lᵀ g) L⁻¹ (Φ: the lower triangle, its diagonal halved): S + Sᵀ below the diagonal,
+    S on it, 0 above (np.linalg.cholesky reads the lower triangle only)."""
+    n = np.shape(value(ans))[-1]
+    back = linalg_inv(ans)
+    s = matmul(matmul(_swap_last(back), matmul(_swap_last(ans), g) * (np.tri(n) - 0.5 * np.eye(n))), back)
+    return (s + _swap_last(s)) * np.tri(n, k=-1) + s * np.eye(n)
+
+
 def _norm(x, axis=None, keepdims=False):
     return np.sqrt(np.sum(np.square(x), axis=axis, keepdims=keepdims))
 
@@ -302,6 +311,7 @@ def _norm(x, axis=None, keepdims=False):
 linalg_inv = primitive(np.linalg.inv, _linalg_inv_vjp, name="linalg.inv")
 linalg_det = primitive(np.linalg.det, _linalg_det_vjp, name="linalg.det")
 linalg_solve = primitive(_solve, _linalg_solve_vjp_a, _linalg_solve_vjp_b, name="linalg.solve")
+linalg_cholesky = primitive(np.linalg.cholesky, _linalg_cholesky_vjp, name="linalg.cholesky")
 linalg_norm = primitive(_norm, lambda g, ans, x, axis=None, keepdims=False:
                         _restore_reduced(g / where(ans > 0, ans, 1.0), ans, x, axis, keepdims) * x, name="linalg.norm")
 

@@ -562,6 +562,14 @@ def linear_algebra(A, b):
     return np.sum(x * x) + np.log(np.abs(np.linalg.det(A))) + np.sum(Ai[0] * b) + np.vdot(b, x) + np.trace(X)
 
 
+def gaussian_process(K, y):
+    """A Gaussian process's negative log-likelihood through the Cholesky factor of its kernel matrix (only
+    the lower triangle of `K` is read, as NumPy and Numba read it)."""
+    L = np.linalg.cholesky(K)
+    alpha = np.linalg.solve(L, y)
+    return 0.5 * np.sum(alpha * alpha) + np.sum(np.log(np.diag(L))) + np.sum(L * np.arange(9.0).reshape(3, 3))
+
+
 def gaussian_energy(A, b):
     return np.sum(np.linalg.solve(A, b) * b) + np.linalg.det(A) + np.sum(np.linalg.inv(A))
 
@@ -580,6 +588,8 @@ def test_linear_algebra_differences_and_the_other_rules():
     A = rng.normal(size=(3, 3)) + 3.0 * np.eye(3)
     check(linear_algebra, (A, rng.normal(size=3)), (0, 1), second=False)
     check(gaussian_energy, (A, rng.normal(size=3)), (0, 1))
+    B = rng.normal(size=(3, 3))
+    check(gaussian_process, (B @ B.T + 3.0 * np.eye(3), rng.normal(size=3)), (0, 1))
     check(differences_and_triangles, (rng.normal(size=5), rng.normal(size=(3, 3))), (0, 1))
     check(elementwise_extras, (np.array([0.0, 0.3, -1.2, 2.5]), 2), (0,))
 

@@ -199,9 +199,9 @@ NOT_DIFFERENTIATED = {name: reason for names, reason in (
      "supported: its first and second derivatives are exact, not its third"),
     ("np.partition np.unique np.histogram np.bincount np.roots np.fill_diagonal",
      "its result is not a smooth function of its argument, or no rule yet; write it as a loop"),
-    ("np.linalg.cholesky np.linalg.eig np.linalg.eigh np.linalg.eigvals np.linalg.eigvalsh np.linalg.svd "
+    ("np.linalg.eig np.linalg.eigh np.linalg.eigvals np.linalg.eigvalsh np.linalg.svd "
      "np.linalg.qr np.linalg.lstsq np.linalg.pinv np.linalg.slogdet np.linalg.cond np.linalg.matrix_power",
-     "a factorisation without a rule yet; np.linalg.det, inv and solve are differentiated"),
+     "a factorisation without a rule yet; np.linalg.det, inv, solve and cholesky are differentiated"),
     ("np.complex64 np.complex128 np.csingle np.cdouble np.angle", "complex numbers are not differentiated"),
     ("np.frexp np.modf", "returns a tuple of parts"),
     (" ".join("np.random." + f for f in """rand randn random random_sample ranf sample randint choice permutation
@@ -509,6 +509,32 @@ def _solve_transpose(k):
     return rule
 
 
+def _cholesky(a):
+    return Call("np.linalg.cholesky", (a,))
+
+
+def _lower_half(x):
+    """Φ(X): the lower triangle of X with its diagonal halved (a self-adjoint linear map)."""
+    return np_.tril(x) - 0.5 * np_.diag(np_.diag(x))
+
+
+def _cholesky_tangent(args, dargs, ranks, axis):
+    """dL = L Φ(L⁻¹ dA L⁻ᵀ), dA the symmetric matrix of the lower triangle of the tangent (what
+    np.linalg.cholesky reads)."""
+    low = _cholesky(args[0])
+    back = _inverse(low)
+    da = dargs[0]
+    return low @ _lower_half(back @ (np_.tril(da) + np_.transpose(np_.tril(da, -1))) @ np_.transpose(back))
+
+
+def _cholesky_transpose(args, g, ranks, axis):
+    """With S = L⁻ᵀ Φ(Lᵀ g) L⁻¹: S + Sᵀ on the lower triangle, S on the diagonal, 0 above (unread)."""
+    low = _cholesky(args[0])
+    back = _inverse(low)
+    s = np_.transpose(back) @ _lower_half(np_.transpose(low) @ g) @ back
+    return np_.tril(s + np_.transpose(s)) - np_.diag(np_.diag(s)), "exact"
+
+
 def _diff_rule(fn, back):
     """np.diff of a vector and its transpose `srcad.undiff`: linear maps, each the other's transpose."""
     return ArrayRule(lambda args, dargs, ranks, axis: Call(fn, (dargs[0],)) if len(args) == 1 and ranks[0] == 1
@@ -597,6 +623,7 @@ ARRAY_RULES = {
                                (lambda args, g, ranks, axis: (-(np_.transpose(_inverse(args[0])) @ g @
                                                                 np_.transpose(_inverse(args[0]))), "exact"),)),
     "np.linalg.solve": ArrayRule(_solve_tangent, (_solve_transpose(0), _solve_transpose(1))),
+    "np.linalg.cholesky": ArrayRule(_cholesky_tangent, (_cholesky_transpose,)),
     "np.vdot": ArrayRule(lambda args, dargs, ranks, axis: _sum_of(
         (np_.vdot(dargs[0], args[1]) if dargs[0] is not None else None,
          np_.vdot(args[0], dargs[1]) if dargs[1] is not None else None)),
