@@ -15,10 +15,10 @@ from numba.np.unsafe.ndarray import to_fixed_tuple
 from numba.np.ufunc.parallel import _iget_num_threads
 
 # What generated code imports from here, by these names (user names that collide are renamed).
-EXPORTS = ("add_at", "check_index", "check_loop_index", "cotangent_times", "diag_like", "fail", "finite_or_zero",
+EXPORTS = ("add_at", "check_index", "check_loop_index", "cotangent_times", "det_sign", "diag_like", "fail", "finite_or_zero",
            "frozen_array", "grow", "last_written", "log_or_zero", "median_slopes", "power_slope", "prod_slopes",
            "prod_slopes_times",
-           "list_index", "list_room", "max_along", "min_along", "reciprocal_or_zero", "rule_block", "rule_cotangents", "rule_curvature", "rule_midpoint", "rule_slope",
+           "list_index", "list_room", "log_abs_det", "max_along", "min_along", "reciprocal_or_zero", "rule_block", "rule_cotangents", "rule_curvature", "rule_midpoint", "rule_slope",
            "rule_step", "rule_vjp",
            "shape_differs", "stop_gradient", "store_row", "sum_into", "thread_buffer", "thread_count", "tile", "tile_like", "trip_count",
            "undiff", "unsort", "untile")
@@ -29,6 +29,18 @@ _helper = numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _overload(fn):
     """`numba.extending.overload` with the options of `_helper`."""
     return overload(fn, jit_options={"no_cpython_wrapper": True, "no_cfunc_wrapper": True})
+
+
+@_helper
+def det_sign(a):
+    """The sign of det(a) (np.linalg.slogdet's first part): piecewise constant."""
+    return np.linalg.slogdet(a)[0]
+
+
+@_helper
+def log_abs_det(a):
+    """log |det(a)| (np.linalg.slogdet's second part), a function of its own for its rule."""
+    return np.linalg.slogdet(a)[1]
 
 
 @_helper

@@ -819,3 +819,30 @@ def soft_minimum_of_a_vector(v, gamma):
         s += np.exp(v[i] / -gamma)
     t = np.sum(np.exp(v / -gamma))
     return -gamma * np.log(s) - 0.5 * gamma * np.log(t)
+
+
+def first_pass_flag(A, x, n):
+    """A flag tested and cleared in its own branch (`if first: ... first = False`), as a binary matrix
+    power by squaring does it: the adjoint must test the flag's value on entry, not the cleared one."""
+    result = np.eye(A.shape[0])
+    square = A * 1.0
+    first = True
+    power = n
+    while power != 0:
+        if power % 2 == 1:
+            if first:
+                result = square * 1.0
+                first = False
+            else:
+                result = result @ square
+        square = square @ square
+        power = power // 2
+    total = 0.0
+    started = False
+    for i in range(x.shape[0]):
+        if not started:
+            total = x[i] * 2.0
+            started = True
+        else:
+            total = total * x[i]
+    return np.sum(result) + total

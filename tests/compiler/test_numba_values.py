@@ -570,6 +570,15 @@ def gaussian_process(K, y):
     return 0.5 * np.sum(alpha * alpha) + np.sum(np.log(np.diag(L))) + np.sum(L * np.arange(9.0).reshape(3, 3))
 
 
+def log_determinants_and_powers(A):
+    """np.linalg.slogdet unpacked and indexed (a log-likelihood's normaliser), np.linalg.matrix_power of
+    positive, negative, small and zero powers (Numba's products by squaring)."""
+    sign, logdet = np.linalg.slogdet(A)
+    return (sign * logdet + np.linalg.slogdet(A @ A.T)[1] + np.sum(np.linalg.matrix_power(A, 5))
+            + np.sum(np.linalg.matrix_power(A, -2) ** 2) + np.trace(np.linalg.matrix_power(A, 3))
+            + np.sum(np.linalg.matrix_power(A, 0)) + np.sum(np.linalg.matrix_power(A, 1) * A))
+
+
 def gaussian_energy(A, b):
     return np.sum(np.linalg.solve(A, b) * b) + np.linalg.det(A) + np.sum(np.linalg.inv(A))
 
@@ -590,6 +599,11 @@ def test_linear_algebra_differences_and_the_other_rules():
     check(gaussian_energy, (A, rng.normal(size=3)), (0, 1))
     B = rng.normal(size=(3, 3))
     check(gaussian_process, (B @ B.T + 3.0 * np.eye(3), rng.normal(size=3)), (0, 1))
+    C = 0.3 * B + np.eye(3)
+    check_function(ad.function(log_determinants_and_powers), (C,), (0,))
+    second_order_check(log_determinants_and_powers, (C,), (True,))
+    np.testing.assert_allclose(ad.function(log_determinants_and_powers)(C).numpy(),
+                               numba.njit(log_determinants_and_powers)(C), rtol=1e-12)
     check(differences_and_triangles, (rng.normal(size=5), rng.normal(size=(3, 3))), (0, 1))
     check(elementwise_extras, (np.array([0.0, 0.3, -1.2, 2.5]), 2), (0,))
 

@@ -87,6 +87,7 @@ CASES = [
     Case(R.builtins_and_bounds_on_arrays, A(np.array([0.3, -0.7, 0.9]), rng.uniform(-1, 1, (2, 3))), active=(0, 1)),
     Case(R.tables_of_module_constants, A(np.linspace(0.1, 1.2, 9), 0.3), active=(0, 1)),
     Case(R.masks_on_row_views_in_a_loop, A(rng.uniform(-1, 1, (4, 3)), rng.uniform(-1, 1, (3, 5))), active=(0, 1)),
+    Case(R.first_pass_flag, A(rng.uniform(-0.3, 0.3, (3, 3)) + np.eye(3), vec(4), 5), active=(0, 1)),
 ]
 
 

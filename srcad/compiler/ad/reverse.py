@@ -29,7 +29,7 @@ from ..analysis.types import placeholder, rank, type_of
 from ..ir import (Accumulate, Assign, BinOp, Call, Const, Effect, For, Function, If, Name, Pop, Push, Reserve,
                   Stack, Store, Subscript, Tuple, While)
 from ..ir.facts import Activity, Aliasing, Facts, OptionalValues, Reverse
-from ..ir.visit import all_blocks, clone, names_in, walk, written_array
+from ..ir.visit import all_blocks, assigned, clone, names_in, walk, written_array
 from .parallel import rerun_alone, reversed_in_parallel
 from .plan import SavePlan, region
 from .saving import CPU, Unsized, refuse_unsized, reserve_room, save_sizes
@@ -201,7 +201,12 @@ class _Reverse:
             return []
         if isinstance(s, If):
             body, orelse = self._reverse_block(s.body, ctx), self._reverse_block(s.orelse, ctx)
-            return [If(s.cond, body, orelse, s.origin)] if _has_effect(body + orelse) else []
+            if not _has_effect(body + orelse):
+                return []
+            assert not names_in(s.cond) & assigned(s.body + s.orelse), \
+                f"the condition of `{s.origin.text if s.origin else s.cond}` is rebound in its own branches: its " \
+                f"reverse would test the new value"
+            return [If(s.cond, body, orelse, s.origin)]
         if isinstance(s, For):
             body = self._replays(s) + self._reverse_block(s.body, ctx)
             restore = self._value_save(s, ctx, s.var)[1] if plan.saves(s, ctx) else []

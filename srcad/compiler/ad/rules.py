@@ -180,7 +180,7 @@ NONDIFF = frozenset("""
     np.trunc np.round np.rint np.sign np.argmax np.argmin np.isnan np.isinf np.isfinite math.isnan
     math.isinf math.isfinite np.floor_divide np.logical_and np.logical_or np.logical_not np.greater
     np.less np.equal np.shape np.ndim np.size np.argsort np.heaviside math.factorial np.int64 np.int32
-    np.bool_ range srcad.list_index srcad.rule_block srcad.rule_cotangents srcad.shape_differs srcad.trip_count srcad.last_written srcad.frozen_array srcad.median_slopes np.imag
+    np.bool_ range srcad.list_index srcad.rule_block srcad.rule_cotangents srcad.shape_differs srcad.trip_count srcad.last_written srcad.frozen_array srcad.median_slopes np.imag srcad.det_sign
     np.int8 np.int16 np.uint8 np.uint16 np.uint32 np.uint64 np.intc np.uintc np.intp np.uintp np.finfo np.iinfo
     np.dtype np.bitwise_and np.bitwise_or np.bitwise_xor np.bitwise_not np.invert np.left_shift np.right_shift
     np.greater_equal np.less_equal np.not_equal np.logical_xor np.signbit np.spacing np.any np.all np.nonzero
@@ -200,8 +200,8 @@ NOT_DIFFERENTIATED = {name: reason for names, reason in (
     ("np.partition np.unique np.histogram np.bincount np.roots np.fill_diagonal",
      "its result is not a smooth function of its argument, or no rule yet; write it as a loop"),
     ("np.linalg.eig np.linalg.eigh np.linalg.eigvals np.linalg.eigvalsh np.linalg.svd "
-     "np.linalg.qr np.linalg.lstsq np.linalg.pinv np.linalg.slogdet np.linalg.cond np.linalg.matrix_power",
-     "a factorisation without a rule yet; np.linalg.det, inv, solve and cholesky are differentiated"),
+     "np.linalg.qr np.linalg.lstsq np.linalg.pinv np.linalg.cond",
+     "a factorisation without a rule yet; np.linalg.det, slogdet, inv, solve and cholesky are differentiated"),
     ("np.complex64 np.complex128 np.csingle np.cdouble np.angle", "complex numbers are not differentiated"),
     ("np.frexp np.modf", "returns a tuple of parts"),
     (" ".join("np.random." + f for f in """rand randn random random_sample ranf sample randint choice permutation
@@ -624,6 +624,8 @@ ARRAY_RULES = {
                                                                 np_.transpose(_inverse(args[0]))), "exact"),)),
     "np.linalg.solve": ArrayRule(_solve_tangent, (_solve_transpose(0), _solve_transpose(1))),
     "np.linalg.cholesky": ArrayRule(_cholesky_tangent, (_cholesky_transpose,)),
+    "srcad.log_abs_det": ArrayRule(lambda args, dargs, ranks, axis: np_.sum(_cofactor_ratio(args) * dargs[0]),
+                                   (lambda args, g, ranks, axis: (g * _cofactor_ratio(args), "exact"),)),
     "np.vdot": ArrayRule(lambda args, dargs, ranks, axis: _sum_of(
         (np_.vdot(dargs[0], args[1]) if dargs[0] is not None else None,
          np_.vdot(args[0], dargs[1]) if dargs[1] is not None else None)),

@@ -56,10 +56,11 @@ _SUPPLIED = {"np.tile": "srcad.tile"}
 WRITTEN_AS = {"np.ptp": "peak_to_peak", "np.ediff1d": "differences_of_flat", "np.take": "taken",
               "np.nancumsum": "nancumsum", "np.nanprod": "nanprod", "np.vstack": "stacked_rows",
               "np.cumprod": "running_product", "np.nancumprod": "nan_running_product", "np.convolve": "convolution",
-              "np.correlate": "correlation", "np.vander": "vandermonde"}
+              "np.correlate": "correlation", "np.vander": "vandermonde", "np.linalg.slogdet": "sign_and_log_det"}
 # NumPy functions written in Python (`numpy_in_python`), inlined where called like a user's helper
 WRITTEN_IN_PYTHON = {f"np.{name}": getattr(numpy_in_python, name) for name in (
-    "interp", "percentile", "nanpercentile", "quantile", "nanquantile", "cov", "corrcoef")}
+    "interp", "percentile", "nanpercentile", "quantile", "nanquantile", "cov", "corrcoef")} | \
+    {"np.linalg.matrix_power": numpy_in_python.matrix_power}
 # parameters passed by keyword that derivative rules read by position, and their defaults
 _POSITIONAL = {"np.full": ("shape", "fill_value"), "np.full_like": ("a", "fill_value"),
                "np.linspace": ("start", "stop", "num")}
@@ -644,6 +645,8 @@ class _Lowerer:
             self.block(s.body if known else s.orelse)
             return
         cond = self.condition(s.test)
+        if cond.id in {self.local(n) for n in _assigned_names(s.body + s.orelse)}:
+            cond = self.temp(cond, "cond")   # (`if first: first = False`: the adjoint tests the value on entry)
         origin = self.origin
         body = self.sub_block(s.body)
         orelse = self.sub_block(s.orelse)
@@ -1086,7 +1089,7 @@ class _Lowerer:
             return first
         t = self.temp(first, "test")
         for v in node.values[1:]:
-            cond = t if isinstance(node.op, ast.And) else self.temp(UnaryOp("not", t), "test")
+            cond = self.temp(t if isinstance(node.op, ast.And) else UnaryOp("not", t), "test")   # (not `t`: rebound)
             origin = self.origin
             self.emit(If(cond, self.expr_into(v, t.id), [], origin))
         return t
@@ -1164,6 +1167,15 @@ class _Lowerer:
         x = self.atom(args[0])
         kept = self.temp(Call("np.where", (self.temp(Call("np.isnan", (x,))), Const(neutral), x)))
         return Call(then, (kept,))
+
+    def sign_and_log_det(self, args, kws):
+        """`np.linalg.slogdet(a)`: its sign (no derivative) and log |det a|, each a function of its own
+        (`srcad.log_abs_det` has the rule)."""
+        if len(args) != 1 or kws:
+            return None
+        a = self.atom(args[0])
+        return Tuple((self.temp(Call("srcad.det_sign", (a,)), "sign"), self.temp(Call("srcad.log_abs_det", (a,)),
+                                                                                   "logdet")))
 
     def running_product(self, args, kws):
         """`np.cumprod(x)`: the running product of the flattened array, as the loop it is (its derivative
@@ -1422,8 +1434,9 @@ class _Lowerer:
             return Subscript(Name(items[0]), (self.list_index(items, node.slice),))
         if isinstance(v, ast.Attribute) and v.attr == "shape":
             return Subscript(Attribute(self.atom(v.value), "shape"), self.index(node.slice))
-        if isinstance(v, ast.Name) or self.static_value(v) is not _NOT_STATIC:     # a tuple perhaps
-            whole = self.expr(v)
+        made = None
+        if isinstance(v, (ast.Name, ast.Call)) or self.static_value(v) is not _NOT_STATIC:     # a tuple perhaps
+            whole = made = self.expr(v)
             if isinstance(whole, Tuple):
                 k = node.slice.value if isinstance(node.slice, ast.Constant) else None
                 if k is None and all(isinstance(x, Const) for x in whole.items):     # a table of numbers
@@ -1435,7 +1448,7 @@ class _Lowerer:
                     raise self.err(node, "indexing a tuple with something other than a constant in range",
                                    "index tuples with constants, or unpack them: a, b = t")
                 return whole.items[k]
-        base = self.atom(v)
+        base = self.atom(v) if made is None else self.as_atom(made)
         if not isinstance(base, Name):
             base = self.temp(base)
         field = node.slice.value if isinstance(node.slice, ast.Constant) else None

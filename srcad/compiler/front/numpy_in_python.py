@@ -117,3 +117,33 @@ def _shape_alone(m, rowvar):
     if rowvar:
         return np.shape(m)[:-1] + np.shape(m)[:-1]
     return np.shape(m)[1:] + np.shape(m)[1:]
+
+
+def matrix_power(a, n):
+    """np.linalg.matrix_power: the products in Numba's order (by squaring), of the inverse where n < 0."""
+    if a.shape[0] != a.shape[1]:
+        raise ValueError("input must be a square array")
+    base = np.ascontiguousarray(a * 1.0)
+    if n < 0:
+        base = np.ascontiguousarray(np.linalg.inv(a))
+    power = abs(n)
+    result = np.eye(a.shape[0]) * 1.0
+    if power == 1:
+        result = base * 1.0
+    elif power == 2:
+        result = base @ base
+    elif power == 3:
+        result = base @ base @ base
+    elif power > 3:
+        first = True
+        square = base
+        while power != 0:
+            if power % 2 == 1:
+                if first:
+                    result = square * 1.0
+                    first = False
+                else:
+                    result = result @ square
+            square = square @ square
+            power = power // 2
+    return result
