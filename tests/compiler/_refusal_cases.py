@@ -166,7 +166,7 @@ def global_array(x):
 
 
 def no_rule(x):
-    return np.sum(np.cov(x))
+    return np.sum(np.linalg.pinv(np.outer(x, x)))
 
 
 def typing_error(x):
