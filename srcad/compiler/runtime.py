@@ -15,7 +15,7 @@ from numba.np.unsafe.ndarray import to_fixed_tuple
 from numba.np.ufunc.parallel import _iget_num_threads
 
 # What generated code imports from here, by these names (user names that collide are renamed).
-EXPORTS = ("add_at", "check_index", "check_loop_index", "cotangent_times", "det_sign", "diag_like", "fail", "finite_or_zero",
+EXPORTS = ("add_at", "check_index", "check_loop_index", "cotangent_times", "det_sign", "diag_like", "eigenvectors", "fail", "finite_or_zero",
            "frozen_array", "grow", "last_written", "log_or_zero", "median_slopes", "power_slope", "prod_slopes",
            "prod_slopes_times",
            "list_index", "list_room", "log_abs_det", "max_along", "min_along", "reciprocal_or_zero", "rule_block", "rule_cotangents", "rule_curvature", "rule_midpoint", "rule_slope",
@@ -41,6 +41,13 @@ def det_sign(a):
 def log_abs_det(a):
     """log |det(a)| (np.linalg.slogdet's second part), a function of its own for its rule."""
     return np.linalg.slogdet(a)[1]
+
+
+@_helper
+def eigenvectors(a):
+    """The eigenvectors of symmetric `a` (np.linalg.eigh's second part, of its lower triangle), a function of
+    its own for its rule."""
+    return np.linalg.eigh(a)[1]
 
 
 @_helper

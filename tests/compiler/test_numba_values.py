@@ -579,6 +579,14 @@ def log_determinants_and_powers(A):
             + np.sum(np.linalg.matrix_power(A, 0)) + np.sum(np.linalg.matrix_power(A, 1) * A))
 
 
+def spectra(S):
+    """np.linalg.eigh (values and vectors, a vector's sign fixed) and np.linalg.eigvalsh of a symmetric matrix
+    (its lower triangle, as NumPy and Numba read it)."""
+    w, v = np.linalg.eigh(S)
+    first = v[:, 0] * np.sign(v[0, 0])
+    return np.sum(w * np.arange(4.0)) + np.sum(first * np.arange(4.0)) + np.sum(np.linalg.eigvalsh(S) ** 3)
+
+
 def gaussian_energy(A, b):
     return np.sum(np.linalg.solve(A, b) * b) + np.linalg.det(A) + np.sum(np.linalg.inv(A))
 
@@ -604,6 +612,11 @@ def test_linear_algebra_differences_and_the_other_rules():
     second_order_check(log_determinants_and_powers, (C,), (True,))
     np.testing.assert_allclose(ad.function(log_determinants_and_powers)(C).numpy(),
                                numba.njit(log_determinants_and_powers)(C), rtol=1e-12)
+    S = rng.normal(size=(4, 4))
+    S = S + S.T
+    check_function(ad.function(spectra), (S,), (0,))
+    second_order_check(spectra, (S,), (True,))
+    np.testing.assert_allclose(ad.function(spectra)(S).numpy(), numba.njit(spectra)(S), rtol=1e-12)
     check(differences_and_triangles, (rng.normal(size=5), rng.normal(size=(3, 3))), (0, 1))
     check(elementwise_extras, (np.array([0.0, 0.3, -1.2, 2.5]), 2), (0,))
 

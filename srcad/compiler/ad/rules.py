@@ -199,9 +199,10 @@ NOT_DIFFERENTIATED = {name: reason for names, reason in (
      "supported: its first and second derivatives are exact, not its third"),
     ("np.partition np.unique np.histogram np.bincount np.roots np.fill_diagonal",
      "its result is not a smooth function of its argument, or no rule yet; write it as a loop"),
-    ("np.linalg.eig np.linalg.eigh np.linalg.eigvals np.linalg.eigvalsh np.linalg.svd "
+    ("np.linalg.eig np.linalg.eigvals np.linalg.svd "
      "np.linalg.qr np.linalg.lstsq np.linalg.pinv np.linalg.cond",
-     "a factorisation without a rule yet; np.linalg.det, slogdet, inv, solve and cholesky are differentiated"),
+     "a factorisation without a rule yet; np.linalg.det, slogdet, inv, solve, cholesky, eigh and eigvalsh are "
+     "differentiated"),
     ("np.complex64 np.complex128 np.csingle np.cdouble np.angle", "complex numbers are not differentiated"),
     ("np.frexp np.modf", "returns a tuple of parts"),
     (" ".join("np.random." + f for f in """rand randn random random_sample ranf sample randint choice permutation
@@ -523,16 +524,58 @@ def _cholesky_tangent(args, dargs, ranks, axis):
     np.linalg.cholesky reads)."""
     low = _cholesky(args[0])
     back = _inverse(low)
-    da = dargs[0]
-    return low @ _lower_half(back @ (np_.tril(da) + np_.transpose(np_.tril(da, -1))) @ np_.transpose(back))
+    return low @ _lower_half(back @ _symmetric_of_lower(dargs[0]) @ np_.transpose(back))
 
 
 def _cholesky_transpose(args, g, ranks, axis):
-    """With S = L⁻ᵀ Φ(Lᵀ g) L⁻¹: S + Sᵀ on the lower triangle, S on the diagonal, 0 above (unread)."""
+    """S = L⁻ᵀ Φ(Lᵀ g) L⁻¹ is the cotangent of the symmetric matrix."""
     low = _cholesky(args[0])
     back = _inverse(low)
-    s = np_.transpose(back) @ _lower_half(np_.transpose(low) @ g) @ back
-    return np_.tril(s + np_.transpose(s)) - np_.diag(np_.diag(s)), "exact"
+    return _of_lower_triangle(np_.transpose(back) @ _lower_half(np_.transpose(low) @ g) @ back), "exact"
+
+
+def _of_lower_triangle(s):
+    """The cotangent of a matrix whose lower triangle alone is read as a symmetric one, from `s`, that of the
+    symmetric matrix: S + Sᵀ below the diagonal, S on it, 0 above."""
+    return np_.tril(s + np_.transpose(s)) - np_.diag(np_.diag(s))
+
+
+def _symmetric_of_lower(da):
+    """The symmetric matrix the lower triangle of `da` stands for (what eigh and cholesky read)."""
+    return np_.tril(da) + np_.transpose(np_.tril(da, -1))
+
+
+def _eigenvectors(a):
+    return Call("srcad.eigenvectors", (a,))
+
+
+def _eigen_gaps(a):
+    """F[i, j] = 1 / (w[j] - w[i]) off the diagonal, 0 on it (w the eigenvalues of `a`)."""
+    w = Call("np.linalg.eigvalsh", (a,))
+    one = np_.eye(Subscript(Call("np.shape", (a,)), (Const(0),)))
+    return 1.0 / (np_.expand_dims(w, 0) - np_.expand_dims(w, 1) + one) - one
+
+
+def _eigenvalues_tangent(args, dargs, ranks, axis):
+    """dw = diag(Vᵀ dA V)."""
+    v = _eigenvectors(args[0])
+    return np_.diag(np_.transpose(v) @ _symmetric_of_lower(dargs[0]) @ v)
+
+
+def _eigenvalues_transpose(args, g, ranks, axis):
+    v = _eigenvectors(args[0])
+    return _of_lower_triangle(v @ np_.diag(g) @ np_.transpose(v)), "exact"
+
+
+def _eigenvectors_tangent(args, dargs, ranks, axis):
+    """dV = V (F ∘ (Vᵀ dA V))."""
+    v = _eigenvectors(args[0])
+    return v @ (_eigen_gaps(args[0]) * (np_.transpose(v) @ _symmetric_of_lower(dargs[0]) @ v))
+
+
+def _eigenvectors_transpose(args, g, ranks, axis):
+    v = _eigenvectors(args[0])
+    return _of_lower_triangle(v @ (_eigen_gaps(args[0]) * (np_.transpose(v) @ g)) @ np_.transpose(v)), "exact"
 
 
 def _diff_rule(fn, back):
@@ -624,6 +667,8 @@ ARRAY_RULES = {
                                                                 np_.transpose(_inverse(args[0]))), "exact"),)),
     "np.linalg.solve": ArrayRule(_solve_tangent, (_solve_transpose(0), _solve_transpose(1))),
     "np.linalg.cholesky": ArrayRule(_cholesky_tangent, (_cholesky_transpose,)),
+    "np.linalg.eigvalsh": ArrayRule(_eigenvalues_tangent, (_eigenvalues_transpose,)),
+    "srcad.eigenvectors": ArrayRule(_eigenvectors_tangent, (_eigenvectors_transpose,)),
     "srcad.log_abs_det": ArrayRule(lambda args, dargs, ranks, axis: np_.sum(_cofactor_ratio(args) * dargs[0]),
                                    (lambda args, g, ranks, axis: (g * _cofactor_ratio(args), "exact"),)),
     "np.vdot": ArrayRule(lambda args, dargs, ranks, axis: _sum_of(

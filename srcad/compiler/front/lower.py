@@ -56,7 +56,8 @@ _SUPPLIED = {"np.tile": "srcad.tile"}
 WRITTEN_AS = {"np.ptp": "peak_to_peak", "np.ediff1d": "differences_of_flat", "np.take": "taken",
               "np.nancumsum": "nancumsum", "np.nanprod": "nanprod", "np.vstack": "stacked_rows",
               "np.cumprod": "running_product", "np.nancumprod": "nan_running_product", "np.convolve": "convolution",
-              "np.correlate": "correlation", "np.vander": "vandermonde", "np.linalg.slogdet": "sign_and_log_det"}
+              "np.correlate": "correlation", "np.vander": "vandermonde", "np.linalg.slogdet": "sign_and_log_det",
+              "np.linalg.eigh": "eigenvalues_and_vectors"}
 # NumPy functions written in Python (`numpy_in_python`), inlined where called like a user's helper
 WRITTEN_IN_PYTHON = {f"np.{name}": getattr(numpy_in_python, name) for name in (
     "interp", "percentile", "nanpercentile", "quantile", "nanquantile", "cov", "corrcoef")} | \
@@ -1176,6 +1177,14 @@ class _Lowerer:
         a = self.atom(args[0])
         return Tuple((self.temp(Call("srcad.det_sign", (a,)), "sign"), self.temp(Call("srcad.log_abs_det", (a,)),
                                                                                    "logdet")))
+
+    def eigenvalues_and_vectors(self, args, kws):
+        """`np.linalg.eigh(a)`: np.linalg.eigvalsh(a) and `srcad.eigenvectors(a)`, each with its rule."""
+        if len(args) != 1 or kws:
+            return None
+        a = self.atom(args[0])
+        return Tuple((self.temp(Call("np.linalg.eigvalsh", (a,)), "eigenvalues"),
+                      self.temp(Call("srcad.eigenvectors", (a,)), "eigenvectors")))
 
     def running_product(self, args, kws):
         """`np.cumprod(x)`: the running product of the flattened array, as the loop it is (its derivative
