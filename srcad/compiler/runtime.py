@@ -15,12 +15,12 @@ from numba.np.unsafe.ndarray import to_fixed_tuple
 from numba.np.ufunc.parallel import _iget_num_threads
 
 # What generated code imports from here, by these names (user names that collide are renamed).
-EXPORTS = ("add_at", "check_index", "check_loop_index", "cotangent_times", "det_sign", "diag_like", "eigenvectors", "fail", "finite_or_zero",
+EXPORTS = ("add_at", "check_index", "check_loop_index", "cotangent_times", "det_sign", "diag_like", "eigenvectors", "left_singular_vectors", "fail", "finite_or_zero",
            "frozen_array", "grow", "last_written", "log_or_zero", "median_slopes", "power_slope", "prod_slopes",
            "prod_slopes_times",
-           "list_index", "list_room", "log_abs_det", "max_along", "min_along", "reciprocal_or_zero", "rule_block", "rule_cotangents", "rule_curvature", "rule_midpoint", "rule_slope",
+           "list_index", "list_room", "log_abs_det", "max_along", "min_along", "reciprocal_or_zero", "right_singular_vectors", "rule_block", "rule_cotangents", "rule_curvature", "rule_midpoint", "rule_slope",
            "rule_step", "rule_vjp",
-           "shape_differs", "stop_gradient", "store_row", "sum_into", "thread_buffer", "thread_count", "tile", "tile_like", "trip_count",
+           "shape_differs", "singular_values", "stop_gradient", "store_row", "sum_into", "thread_buffer", "thread_count", "tile", "tile_like", "trip_count",
            "undiff", "unsort", "untile")
 
 _helper = numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
@@ -48,6 +48,24 @@ def eigenvectors(a):
     """The eigenvectors of symmetric `a` (np.linalg.eigh's second part, of its lower triangle), a function of
     its own for its rule."""
     return np.linalg.eigh(a)[1]
+
+
+@_helper
+def left_singular_vectors(a):
+    """U of np.linalg.svd(a) = (U, s, Vh)."""
+    return np.linalg.svd(a)[0]
+
+
+@_helper
+def singular_values(a):
+    """s of np.linalg.svd(a) = (U, s, Vh), a function of its own for its rule."""
+    return np.linalg.svd(a)[1]
+
+
+@_helper
+def right_singular_vectors(a):
+    """Vh of np.linalg.svd(a) = (U, s, Vh)."""
+    return np.linalg.svd(a)[2]
 
 
 @_helper

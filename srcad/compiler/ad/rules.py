@@ -199,10 +199,12 @@ NOT_DIFFERENTIATED = {name: reason for names, reason in (
      "supported: its first and second derivatives are exact, not its third"),
     ("np.partition np.unique np.histogram np.bincount np.roots np.fill_diagonal",
      "its result is not a smooth function of its argument, or no rule yet; write it as a loop"),
-    ("np.linalg.eig np.linalg.eigvals np.linalg.svd "
-     "np.linalg.qr np.linalg.lstsq np.linalg.pinv np.linalg.cond",
-     "a factorisation without a rule yet; np.linalg.det, slogdet, inv, solve, cholesky, eigh and eigvalsh are "
-     "differentiated"),
+    ("srcad.left_singular_vectors srcad.right_singular_vectors",
+     "the derivatives of singular vectors are not built; singular values are differentiated (np.linalg.svd(a)[1]), "
+     "and the eigenvectors of a symmetric matrix (np.linalg.eigh)"),
+    ("np.linalg.eig np.linalg.eigvals np.linalg.qr np.linalg.lstsq np.linalg.pinv",
+     "a factorisation without a rule yet; np.linalg.det, slogdet, inv, solve, cholesky, eigh, eigvalsh, cond "
+     "and the singular values of svd are differentiated"),
     ("np.complex64 np.complex128 np.csingle np.cdouble np.angle", "complex numbers are not differentiated"),
     ("np.frexp np.modf", "returns a tuple of parts"),
     (" ".join("np.random." + f for f in """rand randn random random_sample ranf sample randint choice permutation
@@ -578,6 +580,26 @@ def _eigenvectors_transpose(args, g, ranks, axis):
     return _of_lower_triangle(v @ (_eigen_gaps(args[0]) * (np_.transpose(v) @ g)) @ np_.transpose(v)), "exact"
 
 
+def _singular_parts(a, g):
+    """The columns of U and rows of Vh that go with the singular values (as many as `g` has)."""
+    k = Subscript(Call("np.shape", (g,)), (Const(0),))
+    u = Subscript(Call("srcad.left_singular_vectors", (a,)), (Slice(), Slice(None, k)))
+    vh = Subscript(Call("srcad.right_singular_vectors", (a,)), (Slice(None, k), Slice()))
+    return u, vh
+
+
+def _singular_values_tangent(args, dargs, ranks, axis):
+    """ds_i = u_iᵀ dA v_i."""
+    u, vh = _singular_parts(args[0], Call("srcad.singular_values", (args[0],)))
+    return np_.diag(np_.transpose(u) @ dargs[0] @ np_.transpose(vh))
+
+
+def _singular_values_transpose(args, g, ranks, axis):
+    """Ā = U diag(g) Vh over the singular values' columns and rows."""
+    u, vh = _singular_parts(args[0], g)
+    return (u * np_.expand_dims(g, 0)) @ vh, "exact"
+
+
 def _diff_rule(fn, back):
     """np.diff of a vector and its transpose `srcad.undiff`: linear maps, each the other's transpose."""
     return ArrayRule(lambda args, dargs, ranks, axis: Call(fn, (dargs[0],)) if len(args) == 1 and ranks[0] == 1
@@ -669,6 +691,7 @@ ARRAY_RULES = {
     "np.linalg.cholesky": ArrayRule(_cholesky_tangent, (_cholesky_transpose,)),
     "np.linalg.eigvalsh": ArrayRule(_eigenvalues_tangent, (_eigenvalues_transpose,)),
     "srcad.eigenvectors": ArrayRule(_eigenvectors_tangent, (_eigenvectors_transpose,)),
+    "srcad.singular_values": ArrayRule(_singular_values_tangent, (_singular_values_transpose,)),
     "srcad.log_abs_det": ArrayRule(lambda args, dargs, ranks, axis: np_.sum(_cofactor_ratio(args) * dargs[0]),
                                    (lambda args, g, ranks, axis: (g * _cofactor_ratio(args), "exact"),)),
     "np.vdot": ArrayRule(lambda args, dargs, ranks, axis: _sum_of(

@@ -57,11 +57,11 @@ WRITTEN_AS = {"np.ptp": "peak_to_peak", "np.ediff1d": "differences_of_flat", "np
               "np.nancumsum": "nancumsum", "np.nanprod": "nanprod", "np.vstack": "stacked_rows",
               "np.cumprod": "running_product", "np.nancumprod": "nan_running_product", "np.convolve": "convolution",
               "np.correlate": "correlation", "np.vander": "vandermonde", "np.linalg.slogdet": "sign_and_log_det",
-              "np.linalg.eigh": "eigenvalues_and_vectors"}
+              "np.linalg.eigh": "eigenvalues_and_vectors", "np.linalg.svd": "singular_value_decomposition"}
 # NumPy functions written in Python (`numpy_in_python`), inlined where called like a user's helper
 WRITTEN_IN_PYTHON = {f"np.{name}": getattr(numpy_in_python, name) for name in (
     "interp", "percentile", "nanpercentile", "quantile", "nanquantile", "cov", "corrcoef")} | \
-    {"np.linalg.matrix_power": numpy_in_python.matrix_power}
+    {"np.linalg.matrix_power": numpy_in_python.matrix_power, "np.linalg.cond": numpy_in_python.condition_number}
 # parameters passed by keyword that derivative rules read by position, and their defaults
 _POSITIONAL = {"np.full": ("shape", "fill_value"), "np.full_like": ("a", "fill_value"),
                "np.linspace": ("start", "stop", "num")}
@@ -113,8 +113,8 @@ def lower(top, nones=frozenset(), options=None, differentiated=False, integers=f
     body[:0] = ctx.frozen.values()       # module-level arrays read, bound once on entry
     if not outs:
         raise top.error(top.tree, "a function that returns nothing", "return the value(s) to differentiate")
-    fn = Function(top.name, [outer.get(p, p) for p in params], body, outs, is_tuple, names=ctx.names,
-                  sources=ctx.infos)
+    name = top.name if top.name not in RESERVED else f"{top.name}_function"   # (not a helper's name: `eigenvectors`)
+    fn = Function(name, [outer.get(p, p) for p in params], body, outs, is_tuple, names=ctx.names, sources=ctx.infos)
     fn.facts.put(Lowered(ctx.moved, ctx.results, {items: name for name, (items, _) in ctx.lists.items()}))
     return fn
 
@@ -1185,6 +1185,15 @@ class _Lowerer:
         a = self.atom(args[0])
         return Tuple((self.temp(Call("np.linalg.eigvalsh", (a,)), "eigenvalues"),
                       self.temp(Call("srcad.eigenvectors", (a,)), "eigenvectors")))
+
+    def singular_value_decomposition(self, args, kws):
+        """`np.linalg.svd(a)` (Numba's: full matrices): U, s and Vh, each a function of its own (`s` has the
+        rule; a gradient through U or Vh is refused, naming them)."""
+        if len(args) != 1 or kws:
+            return None
+        a = self.atom(args[0])
+        return Tuple(tuple(self.temp(Call(f"srcad.{part}", (a,)), name) for part, name in (
+            ("left_singular_vectors", "u"), ("singular_values", "s"), ("right_singular_vectors", "vh"))))
 
     def running_product(self, args, kws):
         """`np.cumprod(x)`: the running product of the flattened array, as the loop it is (its derivative

@@ -147,3 +147,9 @@ def matrix_power(a, n):
             square = square @ square
             power = power // 2
     return result
+
+
+def condition_number(x):
+    """np.linalg.cond (Numba's: in the 2-norm): the largest singular value over the smallest."""
+    s = np.linalg.svd(x)[1]
+    return s[0] / s[s.shape[0] - 1]
