@@ -647,6 +647,11 @@ def eigenvalues_squared(x):
     return np.sum(w * w)
 
 
+def triangle_of_qr(x):
+    r = np.linalg.qr(np.outer(x, x) + np.eye(3))[1]
+    return np.sum(r * r)
+
+
 SMOOTHING = (-3.0 / 35, 12.0 / 35, 17.0 / 35, 12.0 / 35, -3.0 / 35)     # Savitzky-Golay, 5 points
 RK4_WEIGHTS = (1.0 / 6, 1.0 / 3, 1.0 / 3, 1.0 / 6)
 
