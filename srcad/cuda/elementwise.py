@@ -57,7 +57,6 @@ class Elementwise:
                              f"broadcast together") from None
         size = math.prod(shape)
         kinds = tuple("number" if n else _kind(np.shape(a), shape) for a, n in zip(arrays, numbers))
-        spans = _spans(shape)
         key = (kinds, len(shape) if "spread" in kinds else 0)
         k = self._kernels.get(key)
         if k is None:
@@ -65,10 +64,10 @@ class Elementwise:
                                             "cuda", self._boundscheck)
         launch_args = [a if n else np.reshape(x, (-1,)) for a, x, n in zip(args, arrays, numbers)]
         strides = [s for a, kind in zip(arrays, kinds) if kind == "spread" for s in _strides(np.shape(a), shape)]
+        broadcast = [*_spans(shape), *shape, *strides] if strides else []    # (the kernel's parameters after the count)
         out = np.zeros(size, _result_dtype(arrays, numbers))
-        extra = spans if "spread" in kinds else []
         blocks = max(1, -(-size // THREADS))
-        result = k[blocks, THREADS](*launch_args, out, size, *extra, *(shape if "spread" in kinds else ()), *strides)
+        result = k[blocks, THREADS](*launch_args, out, size, *broadcast)
         return np.reshape(result, shape)
 
 

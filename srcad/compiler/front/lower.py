@@ -1169,31 +1169,27 @@ class _Lowerer:
         kept = self.temp(Call("np.where", (self.temp(Call("np.isnan", (x,))), Const(neutral), x)))
         return Call(then, (kept,))
 
-    def sign_and_log_det(self, args, kws):
-        """`np.linalg.slogdet(a)`: its sign (no derivative) and log |det a|, each a function of its own
-        (`srcad.log_abs_det` has the rule)."""
+    def in_parts(self, args, kws, parts):
+        """A factorisation of one matrix returning a tuple, as one call per part (`parts`: (runtime
+        function, name)), so that each part has a rule of its own, or is refused by its name."""
         if len(args) != 1 or kws:
             return None
         a = self.atom(args[0])
-        return Tuple((self.temp(Call("srcad.det_sign", (a,)), "sign"), self.temp(Call("srcad.log_abs_det", (a,)),
-                                                                                   "logdet")))
+        return Tuple(tuple(self.temp(Call(part, (a,)), name) for part, name in parts))
+
+    def sign_and_log_det(self, args, kws):
+        """`np.linalg.slogdet(a)`: its sign (no derivative) and log |det a| (`srcad.log_abs_det` has the rule)."""
+        return self.in_parts(args, kws, (("srcad.det_sign", "sign"), ("srcad.log_abs_det", "logdet")))
 
     def eigenvalues_and_vectors(self, args, kws):
         """`np.linalg.eigh(a)`: np.linalg.eigvalsh(a) and `srcad.eigenvectors(a)`, each with its rule."""
-        if len(args) != 1 or kws:
-            return None
-        a = self.atom(args[0])
-        return Tuple((self.temp(Call("np.linalg.eigvalsh", (a,)), "eigenvalues"),
-                      self.temp(Call("srcad.eigenvectors", (a,)), "eigenvectors")))
+        return self.in_parts(args, kws, (("np.linalg.eigvalsh", "eigenvalues"), ("srcad.eigenvectors", "eigenvectors")))
 
     def singular_value_decomposition(self, args, kws):
-        """`np.linalg.svd(a)` (Numba's: full matrices): U, s and Vh, each a function of its own (`s` has the
-        rule; a gradient through U or Vh is refused, naming them)."""
-        if len(args) != 1 or kws:
-            return None
-        a = self.atom(args[0])
-        return Tuple(tuple(self.temp(Call(f"srcad.{part}", (a,)), name) for part, name in (
-            ("left_singular_vectors", "u"), ("singular_values", "s"), ("right_singular_vectors", "vh"))))
+        """`np.linalg.svd(a)` (Numba's: full matrices): U, s and Vh (`s` has the rule; a gradient through U or
+        Vh is refused, naming them)."""
+        return self.in_parts(args, kws, (("srcad.left_singular_vectors", "u"), ("srcad.singular_values", "s"),
+                                         ("srcad.right_singular_vectors", "vh")))
 
     def running_product(self, args, kws):
         """`np.cumprod(x)`: the running product of the flattened array, as the loop it is (its derivative
