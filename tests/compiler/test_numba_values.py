@@ -495,6 +495,9 @@ def test_quantile_and_interpolation_errors_are_numbas():
         ad.function(interpolated_on)(0.5, np.arange(3.0), np.zeros(2))
     assert np.isnan(ad.function(percentile_of)(np.array([1.0, np.nan, 2.0]), 50.0).numpy())
     assert ad.function(percentile_of)(np.array([3.0]), 50.0).numpy() == 3.0
+    single = np.linspace(0.0, 1.0, 5).astype(np.float32), np.array([0.0, 0.5, 1.0], np.float32), \
+        np.array([1.0, 3.0, 2.0], np.float32)
+    assert ad.function(interpolated_on)(*single).dtype == numba.njit(interpolated_on)(*single).dtype == np.float64
 
 
 def extrema_along_axes(A, v, T):

@@ -19,6 +19,8 @@ def interp(x, xp, fp):
         raise ValueError("array of sample points is empty")
     if fp.shape[0] != n:
         raise ValueError("fp and xp are not of the same size.")
+    xp = xp.astype(np.float64)            # (Numba's result is float64 whatever the inputs' dtypes)
+    fp = fp.astype(np.float64)
     clamped = np.minimum(np.maximum(x, xp[0]), xp[n - 1])
     left = np.searchsorted(xp, clamped, side="right") - 1
     right = np.minimum(left + 1, n - 1)
