@@ -2,7 +2,7 @@
 
     source --lower--> primal IR --webs, coalesce, bounds--> (cache key) --types--> typed primal
       --inplace, aliasing, activity, optional--> facts --reverse--> forward, adjoint
-      --cleanup, accumulate--> (kept: `Program.ir`) --lower_stacks, zero_guards--> the target's IR
+      --cleanup, accumulate--> (kept: `Program.ir`) --lower_stacks, zero_guards, share--> the target's IR
 
 Every pass takes the `Program` (the IR functions made so far) and returns it.
 The target (a `Backend`, found by name) types the primal, decides where saved
@@ -35,6 +35,7 @@ from .ir.printer import function_text
 from .ir import Store
 from .ir.visit import clone, walk
 from .opt.accumulate import sum_invariant_accumulations
+from .opt.shared import compute_repeats_once
 from .opt.zero_guards import version_guarded_stretches
 from .opt.cleanup import (coalesce_copies, drop_restores_of_unchanged, drop_round_trips, drop_unread_saved,
                           eliminate_dead_code, first_accumulations, fold_constants, simplify)
@@ -140,6 +141,12 @@ def _zero_guards(program):
     return program
 
 
+def _share(program):
+    for fn in (program.forward, program.adjoint):
+        compute_repeats_once(fn)
+    return program
+
+
 def _lower_stacks(program):
     program.ir = IR(program.primal, copy_function(program.forward), copy_function(program.adjoint))
     for fn in (program.forward, program.adjoint):
@@ -173,6 +180,7 @@ PASSES = [
     Pass("accumulate", _accumulate, ("adjoint",), (Reverse, Aliasing)),
     Pass("lower_stacks", _lower_stacks, ("forward", "adjoint"), (Reverse,)),
     Pass("zero_guards", _zero_guards, ("adjoint",), (Reverse,)),
+    Pass("share", _share, ("forward", "adjoint"), (Reverse,)),
 ]
 PASS_NAMES = [p.name for p in PASSES]
 FRONT = PASS_NAMES[:PASS_NAMES.index("types")]    # enough for the cache key: they run on every compile

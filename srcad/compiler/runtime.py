@@ -16,8 +16,9 @@ from numba.np.ufunc.parallel import _iget_num_threads
 
 # What generated code imports from here, by these names (user names that collide are renamed).
 EXPORTS = ("add_at", "check_index", "check_loop_index", "cotangent_times", "det_sign", "diag_like", "eigenvectors", "left_singular_vectors", "fail", "finite_or_zero",
-           "frozen_array", "grow", "last_written", "log_or_zero", "median_slopes", "power_slope", "prod_slopes",
-           "prod_slopes_times",
+           "frozen_array", "grow", "last_written", "least_squares", "least_squares_rank", "least_squares_residuals",
+           "least_squares_singular_values", "log_or_zero", "median_slopes", "power_slope", "prod_slopes",
+           "prod_slopes_times", "qr_q", "qr_r", "real_eigenvalues", "right_eigenvectors",
            "list_index", "list_room", "log_abs_det", "max_along", "min_along", "reciprocal_or_zero", "right_singular_vectors", "rule_block", "rule_cotangents", "rule_curvature", "rule_midpoint", "rule_slope",
            "rule_step", "rule_vjp",
            "shape_differs", "singular_values", "stop_gradient", "store_row", "sum_into", "thread_buffer", "thread_count", "tile", "tile_like", "trip_count",
@@ -66,6 +67,55 @@ def singular_values(a):
 def right_singular_vectors(a):
     """Vh of np.linalg.svd(a) = (U, s, Vh)."""
     return np.linalg.svd(a)[2]
+
+
+@_helper
+def real_eigenvalues(a):
+    """w of np.linalg.eig(a) = (w, V) of a real matrix (real, as Numba gives them), a function of its own for its
+    rule; np.linalg.eigvals(a) is written as this, so that its order is the eigenvectors'."""
+    return np.linalg.eig(a)[0]
+
+
+@_helper
+def right_eigenvectors(a):
+    """V of np.linalg.eig(a) = (w, V): unit columns, a function of its own for its rule."""
+    return np.linalg.eig(a)[1]
+
+
+@_helper
+def qr_q(a):
+    """Q of np.linalg.qr(a) = (Q, R) (reduced), a function of its own for its rule."""
+    return np.linalg.qr(a)[0]
+
+
+@_helper
+def qr_r(a):
+    """R of np.linalg.qr(a) = (Q, R) (reduced), a function of its own for its rule."""
+    return np.linalg.qr(a)[1]
+
+
+@_helper
+def least_squares(a, b, rcond=-1.0):
+    """x of np.linalg.lstsq(a, b) = (x, residuals, rank, s): the minimum-norm least-squares solution."""
+    return np.linalg.lstsq(a, b, rcond)[0]
+
+
+@_helper
+def least_squares_residuals(a, b, rcond=-1.0):
+    """The residuals of np.linalg.lstsq(a, b) (empty unless a has full column rank and more rows)."""
+    return np.linalg.lstsq(a, b, rcond)[1]
+
+
+@_helper
+def least_squares_rank(a, b, rcond=-1.0):
+    """The rank of `a` that np.linalg.lstsq(a, b) found."""
+    return np.linalg.lstsq(a, b, rcond)[2]
+
+
+@_helper
+def least_squares_singular_values(a, b, rcond=-1.0):
+    """The singular values of `a` that np.linalg.lstsq(a, b) found (as np.linalg.svd's, to rounding)."""
+    return np.linalg.lstsq(a, b, rcond)[3]
 
 
 @_helper
@@ -406,25 +456,28 @@ def _power_slope_overload(a, b):
 
 
 def cotangent_times(g, p):
-    """g * p, and 0 where the cotangent g is exactly 0 even if the partial p is inf or nan: a value that
-    does not change the result (exp(-inf) = 0 in a soft minimum) sends no 0 * inf back."""
-    g = np.asarray(g)
-    return np.where(g == 0, g * 0.0, g * np.where(g == 0, 1.0, p))[()]
+    """g * p, and 0 where either is exactly 0 even if the other is inf or nan: a value that does not change
+    the result (exp(-inf) = 0 in a soft minimum) sends no 0 * inf back, and neither does a partial that is 0
+    after one that is inf (`sqrt(max(v, 0))` where v < 0: the slope of sqrt at 0, times max's 0 in v)."""
+    with np.errstate(invalid="ignore"):
+        product = np.asarray(g) * np.asarray(p)
+    return np.where((np.asarray(g) == 0) | (np.asarray(p) == 0), np.zeros_like(product), product)[()]
 
 
 @_overload(cotangent_times)
 def _cotangent_times_overload(g, p):
-    if isinstance(g, numba.types.Array):
+    if isinstance(g, numba.types.Array) or isinstance(p, numba.types.Array):
         def array(g, p):
-            return np.where(g == 0, g, g * p)
+            product = g * p
+            return np.where((g == 0) | (p == 0), np.zeros_like(product), product)
         return array
-    if isinstance(p, numba.types.Array):
-        def scalar_by_array(g, p):
-            return g * p if g != 0 else g * np.zeros_like(p)
-        return scalar_by_array
 
     def scalar(g, p):
-        return g * p if g != 0 else g * 0.0
+        if g == 0:
+            return g * 0.0
+        if p == 0:
+            return p * 0.0
+        return g * p
     return scalar
 
 

@@ -851,3 +851,17 @@ def first_pass_flag(A, x, n):
         else:
             total = total * x[i]
     return np.sum(result) + total
+
+
+def full_truncation_variance(z, v0, kappa, theta, xi, dt):
+    """Heston's full-truncation Euler step, `sqrt(max(v, 0))` of a variance that goes negative: where v < 0
+    the slope of sqrt at 0 is inf and max's partial in v is 0, and their product must be 0, not nan; in
+    one expression, over two statements, and on arrays with np.maximum and np.clip."""
+    v = v0
+    total = 0.0
+    for k in range(z.shape[0]):
+        vp = max(v, 0.0)
+        v = v + kappa * (theta - vp) * dt + xi * math.sqrt(vp * dt) * z[k]
+        total += math.sqrt(max(v, 0.0))
+    paths = v0 + xi * z
+    return total + np.sum(np.sqrt(np.maximum(paths, 0.0))) + np.sum(np.clip(paths, 0.0, None) ** 0.5)

@@ -23,6 +23,7 @@ from test_refusals import line_of
 rng = np.random.default_rng(17)
 F64 = numba.float64
 ARR = numba.float64[::1]
+ARR2 = numba.float64[:, ::1]
 
 config = types.SimpleNamespace(THRESHOLD=0.5, ORDER=2, LABEL=["a"])
 
@@ -423,18 +424,22 @@ def krons(x, y, A, B):
     return np.sum(np.kron(x, y) ** 2 * np.arange(12.0)) + np.sum(np.kron(A, B) * np.kron(B, A)) + np.sum(np.kron(A, A))
 
 
-def test_running_products_joins_convolution_and_vandermonde():
-    x = rng.uniform(0.5, 1.5, 5)
-    A, B = rng.normal(size=(3, 2)), rng.normal(size=(3, 2))
-    v, w = rng.normal(size=4), rng.normal(size=4)
-    c = rng.normal(size=(5, 5))
-    cases = ((running_products, (x, A), (0, 1)), (joined, (v, w, A, B), (0, 1, 2, 3)),
-             (convolved_and_vander, (x, rng.uniform(0.5, 1.5, 7), c), (0, 1)),
-             (krons, (x[:3], v, A.T, B), (0, 1, 2, 3)))
-    for fn, args, active in cases:
-        check_function(ad.function(fn), args, active)
-        second_order_check(fn, args, tuple(i in active for i in range(len(args))))
-        np.testing.assert_allclose(ad.function(fn)(*args).numpy(), numba.njit(fn)(*args), rtol=1e-12)
+_JOINS_X, _JOINS_A, _JOINS_V = rng.uniform(0.5, 1.5, 5), rng.normal(size=(3, 2)), rng.normal(size=4)
+_JOINS = {
+    "running_products": (running_products, (_JOINS_X, _JOINS_A), (0, 1)),
+    "joined": (joined, (_JOINS_V, rng.normal(size=4), _JOINS_A, rng.normal(size=(3, 2))), (0, 1, 2, 3)),
+    "convolved_and_vander": (convolved_and_vander, (_JOINS_X, rng.uniform(0.5, 1.5, 7), rng.normal(size=(5, 5))),
+                             (0, 1)),
+    "krons": (krons, (_JOINS_X[:3], _JOINS_V, _JOINS_A.T, rng.normal(size=(3, 2))), (0, 1, 2, 3)),
+}
+
+
+@pytest.mark.parametrize("name", list(_JOINS))
+def test_running_products_joins_convolution_and_vandermonde(name):
+    fn, args, active = _JOINS[name]
+    check_function(ad.function(fn), args, active)
+    second_order_check(fn, args, tuple(i in active for i in range(len(args))))
+    np.testing.assert_allclose(ad.function(fn)(*args).numpy(), numba.njit(fn)(*args), rtol=1e-12)
 
 
 def interpolated(x, xp, fp):
@@ -462,17 +467,30 @@ def covariances(m, y, x):
             + np.sum(np.corrcoef(m) ** 3) + np.corrcoef(x, y)[0, 1])
 
 
-def test_interpolation_quantiles_and_covariances():
+def covariance_pair(m, x, y):
+    return np.sum(np.cov(m) ** 2) + np.sum(np.cov(x, y, bias=True)) + np.corrcoef(x, y)[0, 1]
+
+
+_XP = np.sort(rng.uniform(0.0, 1.0, 6))
+_WRITTEN_IN_PYTHON = {
+    "interp": (interpolated, (np.array([-0.3, 0.05, 0.31, 0.62, 0.9, 1.4]), _XP, rng.normal(size=6)), (0, 1, 2),
+               interpolated),
+    "quantiles": (quantiles, (rng.normal(size=(3, 5)), 37.0, np.array([12.0, 61.0, 88.0])), (0, 1, 2), quantiles),
+    "cov": (covariances, (rng.normal(size=(3, 6)), rng.normal(size=6), rng.normal(size=6)), (0, 1, 2),
+            covariance_pair),
+}
+
+
+@pytest.mark.parametrize("name", list(_WRITTEN_IN_PYTHON))
+def test_interpolation_quantiles_and_covariances(name):
     """Written in Python as Numba computes them (`front/numpy_in_python.py`): differentiated in every argument
-    (the sample points and the quantiles too), at second order, the primal equal to Numba's."""
-    xp = np.sort(rng.uniform(0.0, 1.0, 6))
-    cases = ((interpolated, (np.array([-0.3, 0.05, 0.31, 0.62, 0.9, 1.4]), xp, rng.normal(size=6)), (0, 1, 2)),
-             (quantiles, (rng.normal(size=(3, 5)), 37.0, np.array([12.0, 61.0, 88.0])), (0, 1, 2)),
-             (covariances, (rng.normal(size=(3, 6)), rng.normal(size=6), rng.normal(size=6)), (0, 1, 2)))
-    for fn, args, active in cases:
-        check_function(ad.function(fn), args, active)
-        second_order_check(fn, args, tuple(i in active for i in range(len(args))))
-        np.testing.assert_allclose(ad.function(fn)(*args).numpy(), numba.njit(fn)(*args), rtol=1e-12)
+    (the sample points and the quantiles too), at second order (np.cov and np.corrcoef in fewer forms there:
+    the second derivative of all of them at once is the slowest compile of the suite), the primal equal to
+    Numba's."""
+    fn, args, active, again = _WRITTEN_IN_PYTHON[name]
+    check_function(ad.function(fn), args, active)
+    second_order_check(again, args, tuple(i in active for i in range(len(args))))
+    np.testing.assert_allclose(ad.function(fn)(*args).numpy(), numba.njit(fn)(*args), rtol=1e-12)
 
 
 def percentile_of(a, q):
@@ -625,23 +643,31 @@ def elementwise_extras(x, n):
     return np.sum(np.sinc(x) * x + np.ldexp(x, n) + np.nextafter(x, 10.0) * x + np.asfortranarray(x) ** 2)
 
 
-def test_linear_algebra_differences_and_the_other_rules():
+def test_solves_determinants_and_cholesky():
     A = rng.normal(size=(3, 3)) + 3.0 * np.eye(3)
     check(linear_algebra, (A, rng.normal(size=3)), (0, 1), second=False)
     check(gaussian_energy, (A, rng.normal(size=3)), (0, 1))
     B = rng.normal(size=(3, 3))
     check(gaussian_process, (B @ B.T + 3.0 * np.eye(3), rng.normal(size=3)), (0, 1))
-    C = 0.3 * B + np.eye(3)
+
+
+def test_log_determinants_and_matrix_powers():
+    C = 0.3 * rng.normal(size=(3, 3)) + np.eye(3)
     check_function(ad.function(log_determinants_and_powers), (C,), (0,))
     second_order_check(log_determinants_and_powers, (C,), (True,))
     np.testing.assert_allclose(ad.function(log_determinants_and_powers)(C).numpy(),
                                numba.njit(log_determinants_and_powers)(C), rtol=1e-12)
+
+
+def test_eigen_decomposition_of_a_symmetric_matrix():
     S = rng.normal(size=(4, 4))
     S = S + S.T
     check_function(ad.function(spectra), (S,), (0,))
     second_order_check(spectra, (S,), (True,))
     np.testing.assert_allclose(ad.function(spectra)(S).numpy(), numba.njit(spectra)(S), rtol=1e-12)
-    check(differences_and_triangles, (rng.normal(size=5), rng.normal(size=(3, 3))), (0, 1))
+
+
+def test_singular_values_and_the_refusal_of_singular_vectors():
     for shape in ((3, 5), (5, 3), (4, 4)):
         M = rng.normal(size=shape)
         check_function(ad.function(singular_values), (M,), (0,))
@@ -657,11 +683,96 @@ def test_linear_algebra_differences_and_the_other_rules():
             g = inner.gradient(value, M)
             total = np.sum(g * g)
         outer.gradient(total, M)
+
+
+def test_differences_triangles_and_elementwise_extras():
+    check(differences_and_triangles, (rng.normal(size=5), rng.normal(size=(3, 3))), (0, 1))
     check(elementwise_extras, (np.array([0.0, 0.3, -1.2, 2.5]), 2), (0,))
 
 
-def pseudo_inverse(x):
-    return np.sum(np.linalg.pinv(np.outer(x, x) + np.eye(x.size)))
+def orthogonal_factors(A, WQ, WR):
+    """np.linalg.qr (reduced, as Numba's): Q and R, of a tall, a square or a wide matrix."""
+    q, r = np.linalg.qr(A)
+    return np.sum(q * WQ) + np.sum(np.sin(r) * WR)
+
+
+def test_a_factorisation_in_a_rule_is_computed_once_per_adjoint():
+    """QR's adjoint reads Q and R's square block many times (`opt/shared.py` binds each to a temporary),
+    and its two statements, for Q's and R's cotangents, share them."""
+    args = (rng.normal(size=(5, 3)), rng.normal(size=(5, 3)), rng.normal(size=(3, 3)))
+    adjoint = ad.show_source(ad.function(orthogonal_factors), "adjoint", *args)
+    assert adjoint.count("qr_r(A)") == 1 and adjoint.count("qr_q(A)") == 1
+
+
+def least_squares_fit(A, b):
+    """np.linalg.lstsq's solution and singular values (its rank a constant), and np.linalg.pinv."""
+    x, residuals, rank, s = np.linalg.lstsq(A, b)
+    return np.sum(x * x) + np.sum(s) * rank + np.sum(np.linalg.pinv(A) ** 2)
+
+
+def pseudo_solution(A, b):
+    """The solution of np.linalg.lstsq, and np.linalg.pinv, at second order too (the singular values' rule
+    reads the singular vectors, which have none)."""
+    return np.sum(np.linalg.lstsq(A, b)[0] ** 2) + np.sum(np.linalg.pinv(A) ** 2)
+
+
+def fit_residuals(A, b):
+    return np.sum(np.linalg.lstsq(A, b)[1])
+
+
+def test_orthogonal_factors_least_squares_and_pseudo_inverses():
+    for m, n in ((5, 3), (4, 4), (3, 5)):
+        args = (rng.normal(size=(m, n)), rng.normal(size=(m, min(m, n))), rng.normal(size=(min(m, n), n)))
+        check(orthogonal_factors, args, (0,))
+        np.testing.assert_allclose(ad.function(orthogonal_factors)(*args).numpy(), numba.njit(orthogonal_factors)(*args),
+                                   rtol=1e-12)
+    second_order_check(orthogonal_factors, args, (True, False, False))
+    for A, b in ((rng.normal(size=(5, 3)), rng.normal(size=5)), (rng.normal(size=(5, 3)), rng.normal(size=(5, 2))),
+                 (rng.normal(size=(3, 4)), rng.normal(size=3))):
+        check(least_squares_fit, (A, b), (0, 1), second=False)
+        np.testing.assert_allclose(ad.function(least_squares_fit)(A, b).numpy(), numba.njit(least_squares_fit)(A, b),
+                                   rtol=1e-12)
+    second_order_check(pseudo_solution, (A, b), (True, True))
+    line = line_of(fit_residuals, "np.linalg.lstsq")
+    with pytest.raises(TransformError, match=rf"fit_residuals .*line {line}\).*`srcad.least_squares_residuals` \(the "
+                                             r"residuals of np.linalg.lstsq are not differentiated; compute them from"):
+        transform(fit_residuals, (ARR2, ARR), (True, False))
+
+
+def general_eigen(A, W):
+    """np.linalg.eig of a real matrix with real eigenvalues (as Numba requires), each eigenvector's sign fixed,
+    and np.linalg.eigvals."""
+    w, v = np.linalg.eig(A)
+    v = v * np.sign(v[0])
+    return np.sum(w * np.arange(4.0)) + np.sum(v * W) + np.sum(np.linalg.eigvals(A) ** 2)
+
+
+def test_eigen_decomposition_of_a_general_matrix():
+    A = np.diag([1.0, 3.0, 5.0, 7.0]) + 0.4 * rng.normal(size=(4, 4))
+    W = rng.normal(size=(4, 4))
+    check(general_eigen, (A, W), (0,))
+    second_order_check(general_eigen, (A, W), (True, False))
+    np.testing.assert_allclose(ad.function(general_eigen)(A, W).numpy(), numba.njit(general_eigen)(A, W), rtol=1e-12)
+
+
+def orbit_vectors(r, v, H):
+    """np.cross as orbital mechanics uses it (angular momentum, eccentricity vector, node vector from a list
+    literal), and of rows by one vector (broadcast)."""
+    h = np.cross(r, v)
+    e = np.cross(v, h) - r / np.sqrt(np.sum(r * r))
+    n = np.cross([0.0, 0.0, 1.0], h)
+    return h[2] + np.sum(e * e) + np.sum(n ** 2) + np.sum(np.sin(np.cross(H, r)))
+
+
+def test_cross_products():
+    args = (np.array([1.0, 2.0, 0.5]), np.array([-0.3, 0.4, 0.9]), rng.normal(size=(4, 3)))
+    check(orbit_vectors, args, (0, 1, 2), second=False)
+    second_order_check(orbit_vectors, args, (True, True, True))
+    np.testing.assert_allclose(ad.function(orbit_vectors)(*args).numpy(), numba.njit(orbit_vectors)(*args), rtol=1e-12)
+
+
+def distinct(x):
+    return np.sum(np.unique(x))
 
 
 def noisy(mu):
@@ -669,23 +780,21 @@ def noisy(mu):
 
 
 def test_a_gradient_through_a_function_without_a_rule_names_why():
-    line = line_of(pseudo_inverse, "np.linalg.pinv")
-    with pytest.raises(TransformError, match=rf"pseudo_inverse .*line {line}\).*no derivative rule for "
-                                             r"`np.linalg.pinv` \(a factorisation without a rule yet"):
-        transform(pseudo_inverse, (ARR,), (True,))
+    line = line_of(distinct, "np.unique")
+    with pytest.raises(TransformError, match=rf"distinct .*line {line}\).*no derivative rule for "
+                                             r"`np.unique` \(its result is not a smooth function"):
+        transform(distinct, (ARR,), (True,))
     line = line_of(noisy, "np.random.normal")
     with pytest.raises(TransformError, match=rf"noisy .*line {line}\).*`np.random.normal` \(a random draw; draw "
                                              r"standard noise"):
         transform(noisy, (F64,), (True,))
-    x = np.array([1.0, 4.0, -2.0])
-    assert ad.function(pseudo_inverse)(x).numpy() == pytest.approx(numba.njit(pseudo_inverse)(x), rel=1e-12)
 
 
 # Numba's supported NumPy functions (its "Supported NumPy features": reductions, other functions,
 # constructors, linear algebra, ufuncs, array methods that srcad maps to functions, numpy.random)
 NUMBA_NUMPY = """
     all any argmax argmin conj conjugate cumprod cumsum max mean min nonzero prod std take var argsort copy dot
-    ravel reshape sort sum transpose kron outer trace vdot linalg.cholesky linalg.cond linalg.det linalg.eig
+    ravel reshape sort sum transpose kron outer trace vdot cross linalg.cholesky linalg.cond linalg.det linalg.eig
     linalg.eigh linalg.eigvals linalg.eigvalsh linalg.inv linalg.lstsq linalg.matrix_power linalg.matrix_rank
     linalg.norm linalg.pinv linalg.qr linalg.slogdet linalg.solve linalg.svd diff median nancumprod nancumsum
     nanmax nanmean nanmedian nanmin nanpercentile nanprod nanstd nansum nanvar percentile arange array asarray

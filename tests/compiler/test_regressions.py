@@ -89,6 +89,8 @@ CASES = [
     Case(R.masks_on_row_views_in_a_loop, A(rng.uniform(-1, 1, (4, 3)), rng.uniform(-1, 1, (3, 5))), active=(0, 1)),
     Case(R.eigenvalues_squared, A(vec(3))),
     Case(R.first_pass_flag, A(rng.uniform(-0.3, 0.3, (3, 3)) + np.eye(3), vec(4), 5), active=(0, 1)),
+    Case(R.full_truncation_variance, A(np.array([0.5, -2.5, -1.9, 0.3, 1.2, -0.4]), 0.04, 1.5, 0.04, 0.9, 0.1),
+         active=(0, 1, 2, 3, 4, 5)),
 ]
 
 

@@ -299,10 +299,7 @@ class LocalAdjoints:
                 if not self.is_active(node):
                     return
                 mode = "exact" if rank(type_of(self.fn, node)) == out_rank and one_array else "reduce"
-                if scalar and factors:       # the statement runs only where `g` is not 0 (`unless_zero`)
-                    expr = BinOp("*", g, reduce(times, factors))
-                else:
-                    expr = reduce(times, factors, g)
+                expr = reduce(times, factors, g)
                 result.append((node, UnaryOp("-", expr) if negative else expr, mode, out_rank))
                 return
             children, partials = partials_of(node)

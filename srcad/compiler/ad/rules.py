@@ -142,7 +142,7 @@ elementwise("srcad.power_slope", lambda a, b: b * srcad.power_slope(a, b - 1.0),
             lambda a, b: a ** (b - 1.0) * (1.0 + b * srcad.log_or_zero(a)))
 elementwise("srcad.log_or_zero", lambda a: srcad.reciprocal_or_zero(a))
 elementwise("srcad.reciprocal_or_zero", lambda a: -srcad.reciprocal_or_zero(a) ** 2)
-elementwise("srcad.cotangent_times", lambda g, p: srcad.finite_or_zero(p), lambda g, p: g)
+elementwise("srcad.cotangent_times", lambda g, p: srcad.finite_or_zero(p), lambda g, p: srcad.finite_or_zero(g))
 # the calls a custom rule (`f.defjvp`) runs through (runtime.rule_step)
 elementwise("srcad.rule_step", lambda a: srcad.rule_slope(a))
 elementwise("srcad.rule_slope", lambda a: srcad.rule_curvature(a))
@@ -202,9 +202,9 @@ NOT_DIFFERENTIATED = {name: reason for names, reason in (
     ("srcad.left_singular_vectors srcad.right_singular_vectors",
      "the derivatives of singular vectors are not built; singular values are differentiated (np.linalg.svd(a)[1]), "
      "and the eigenvectors of a symmetric matrix (np.linalg.eigh)"),
-    ("np.linalg.eig np.linalg.eigvals np.linalg.qr np.linalg.lstsq np.linalg.pinv",
-     "a factorisation without a rule yet; np.linalg.det, slogdet, inv, solve, cholesky, eigh, eigvalsh, cond "
-     "and the singular values of svd are differentiated"),
+    ("srcad.least_squares_residuals",
+     "the residuals of np.linalg.lstsq are not differentiated; compute them from its solution x "
+     "(np.sum((a @ x - b) ** 2, axis=0)), which is"),
     ("np.complex64 np.complex128 np.csingle np.cdouble np.angle", "complex numbers are not differentiated"),
     ("np.frexp np.modf", "returns a tuple of parts"),
     (" ".join("np.random." + f for f in """rand randn random random_sample ranf sample randint choice permutation
@@ -551,9 +551,9 @@ def _eigenvectors(a):
     return Call("srcad.eigenvectors", (a,))
 
 
-def _eigen_gaps(a):
-    """F[i, j] = 1 / (w[j] - w[i]) off the diagonal, 0 on it (w the eigenvalues of `a`)."""
-    w = Call("np.linalg.eigvalsh", (a,))
+def _eigen_gaps(a, values="np.linalg.eigvalsh"):
+    """F[i, j] = 1 / (w[j] - w[i]) off the diagonal, 0 on it (w the eigenvalues of `a`, by `values`)."""
+    w = Call(values, (a,))
     one = np_.eye(Subscript(Call("np.shape", (a,)), (Const(0),)))
     return 1.0 / (np_.expand_dims(w, 0) - np_.expand_dims(w, 1) + one) - one
 
@@ -580,6 +580,39 @@ def _eigenvectors_transpose(args, g, ranks, axis):
     return _of_lower_triangle(v @ (_eigen_gaps(args[0]) * (np_.transpose(v) @ g)) @ np_.transpose(v)), "exact"
 
 
+def _right_eigenvectors(a):
+    return Call("srcad.right_eigenvectors", (a,))
+
+
+def _unit_columns(v, x):
+    """X - V diag(diag(VᵀX)): what keeps V's columns of unit length (it is its own transpose)."""
+    return x - v * np_.expand_dims(Call("np.sum", (v * x,), (("axis", Const(0)),)), 0)
+
+
+def _general_eigenvalues_tangent(args, dargs, ranks, axis):
+    """dw = diag(V⁻¹ dA V) (real eigenvalues, as Numba's np.linalg.eig of a real matrix gives them)."""
+    v = _right_eigenvectors(args[0])
+    return np_.diag(_inverse(v) @ dargs[0] @ v)
+
+
+def _general_eigenvalues_transpose(args, g, ranks, axis):
+    v = _right_eigenvectors(args[0])
+    return (np_.transpose(_inverse(v)) * np_.expand_dims(g, 0)) @ np_.transpose(v), "exact"
+
+
+def _general_eigenvectors_tangent(args, dargs, ranks, axis):
+    """dV = V (F ∘ (V⁻¹ dA V)), each column then kept of unit length."""
+    v = _right_eigenvectors(args[0])
+    gaps = _eigen_gaps(args[0], "srcad.real_eigenvalues")
+    return _unit_columns(v, v @ (gaps * (_inverse(v) @ dargs[0] @ v)))
+
+
+def _general_eigenvectors_transpose(args, g, ranks, axis):
+    v = _right_eigenvectors(args[0])
+    gaps = _eigen_gaps(args[0], "srcad.real_eigenvalues")
+    return np_.transpose(_inverse(v)) @ (gaps * (np_.transpose(v) @ _unit_columns(v, g))) @ np_.transpose(v), "exact"
+
+
 def _singular_parts(a, g):
     """The columns of U and rows of Vh that go with the singular values (as many as `g` has)."""
     k = Subscript(Call("np.shape", (g,)), (Const(0),))
@@ -598,6 +631,91 @@ def _singular_values_transpose(args, g, ranks, axis):
     """Ā = U diag(g) Vh over the singular values' columns and rows."""
     u, vh = _singular_parts(args[0], g)
     return (u * np_.expand_dims(g, 0)) @ vh, "exact"
+
+
+def _extent(a, axis):
+    return Subscript(Call("np.shape", (a,)), (Const(axis),))
+
+
+def _pinv_tangent_of(a, p, da):
+    """dA⁺ = -A⁺ dA A⁺ + A⁺A⁺ᵀ dAᵀ (I - AA⁺) + (I - A⁺A) dAᵀ A⁺ᵀA⁺, where the rank is constant."""
+    pt, dat = np_.transpose(p), np_.transpose(da)
+    return (-(p @ da @ p) + p @ pt @ dat @ (np_.eye(_extent(a, 0)) - a @ p)
+            + (np_.eye(_extent(a, 1)) - p @ a) @ dat @ pt @ p)
+
+
+def _pinv_transpose_of(a, p, g):
+    """Ā = -A⁺ᵀ G A⁺ᵀ + (I - AA⁺) Gᵀ A⁺A⁺ᵀ + A⁺ᵀA⁺ Gᵀ (I - A⁺A), the transpose of `_pinv_tangent_of`."""
+    pt, gt = np_.transpose(p), np_.transpose(g)
+    return (-(pt @ g @ pt) + (np_.eye(_extent(a, 0)) - a @ p) @ gt @ p @ pt
+            + pt @ p @ gt @ (np_.eye(_extent(a, 1)) - p @ a))
+
+
+def _pinv(args):
+    return Call("np.linalg.pinv", tuple(args))
+
+
+def _least_squares_tangent(args, dargs, ranks, axis):
+    """x = A⁺b: dx = dA⁺ b + A⁺ db."""
+    a, b = args[:2]
+    da, db = dargs[:2]
+    p = _pinv((a,))
+    if da is None and db is None:
+        return None
+    return _sum_of((_pinv_tangent_of(a, p, da) @ b if da is not None else None,
+                    p @ db if db is not None else None))
+
+
+def _least_squares_transposes():
+    def of_a(args, g, ranks, axis):
+        a, b = args[:2]
+        return _pinv_transpose_of(a, _pinv((a,)), np_.outer(g, b) if ranks[1] == 1 else g @ np_.transpose(b)), "exact"
+
+    def of_b(args, g, ranks, axis):
+        return np_.transpose(_pinv((args[0],))) @ g, "exact"
+    return of_a, of_b
+
+
+def _qr_blocks(a):
+    """Q, R and the square R₁ = R[:, :k] (k = min(m, n)) of A's reduced QR, and A's columns past k."""
+    q, r = Call("srcad.qr_q", (a,)), Call("srcad.qr_r", (a,))
+    k = _extent(r, 0)
+    return q, r, Subscript(r, (Slice(), Slice(None, k))), Subscript(a, (Slice(), Slice(k, None))), k
+
+
+def _upper_of(x):
+    """triu(X) + tril(X, -1)ᵀ: with X = Qᵀ dA₁ R₁⁻¹, the upper triangular dR₁ R₁⁻¹."""
+    return np_.triu(x) + np_.transpose(np_.tril(x, -1))
+
+
+def _qr_tangents(a, da):
+    """dQ and dR of A = Q [R₁ R₂] (A₁ = QR₁, R₂ = QᵀA₂): with X = Qᵀ dA₁ R₁⁻¹ and U = triu(X) + tril(X,-1)ᵀ,
+    dR₁ = U R₁, dQ = dA₁ R₁⁻¹ - Q U, dR₂ = dQᵀ A₂ + Qᵀ dA₂."""
+    q, r, r1, a2, k = _qr_blocks(a)
+    back = _inverse(r1)
+    da1, da2 = Subscript(da, (Slice(), Slice(None, k))), Subscript(da, (Slice(), Slice(k, None)))
+    up = _upper_of(np_.transpose(q) @ da1 @ back)
+    dq = da1 @ back - q @ up
+    return dq, Call("np.hstack", (Tuple((up @ r1, np_.transpose(dq) @ a2 + np_.transpose(q) @ da2)),))
+
+
+def _qr_adjoint(a, gq, gr):
+    """Ā from the cotangents of Q and R (None: zero): with Ḡ = gQ + A₂ gR₂ᵀ and M = R₁ gR₁ᵀ - ḠᵀQ,
+    Ā₁ = (Ḡ + Q sym(M)) R₁⁻ᵀ, Ā₂ = Q gR₂, sym(M) the symmetric matrix of M's lower triangle."""
+    q, r, r1, a2, k = _qr_blocks(a)
+    gbar = gq if gr is None else a2 @ np_.transpose(Subscript(gr, (Slice(), Slice(k, None))))
+    m = -(np_.transpose(gbar) @ q)
+    if gr is not None:
+        m = r1 @ np_.transpose(Subscript(gr, (Slice(), Slice(None, k)))) + m
+    a1 = (gbar + q @ _symmetric_of_lower(m)) @ np_.transpose(_inverse(r1))
+    a2bar = np_.zeros_like(a2) if gr is None else q @ Subscript(gr, (Slice(), Slice(k, None)))
+    return Call("np.hstack", (Tuple((a1, a2bar)),)), "exact"
+
+
+_QR_Q = ArrayRule(lambda args, dargs, ranks, axis: _qr_tangents(args[0], dargs[0])[0],
+                  (lambda args, g, ranks, axis: _qr_adjoint(args[0], g, None),))
+_QR_R = ArrayRule(lambda args, dargs, ranks, axis: _qr_tangents(args[0], dargs[0])[1],
+                  (lambda args, g, ranks, axis: _qr_adjoint(args[0], None, g),))
 
 
 def _diff_rule(fn, back):
@@ -692,6 +810,20 @@ ARRAY_RULES = {
     "np.linalg.eigvalsh": ArrayRule(_eigenvalues_tangent, (_eigenvalues_transpose,)),
     "srcad.eigenvectors": ArrayRule(_eigenvectors_tangent, (_eigenvectors_transpose,)),
     "srcad.singular_values": ArrayRule(_singular_values_tangent, (_singular_values_transpose,)),
+    "np.linalg.pinv": ArrayRule(lambda args, dargs, ranks, axis: None if dargs[0] is None else
+                                _pinv_tangent_of(args[0], _pinv(args), dargs[0]),
+                                (lambda args, g, ranks, axis: (_pinv_transpose_of(args[0], _pinv(args), g), "exact"),)),
+    "np.cross": ArrayRule(lambda args, dargs, ranks, axis: _sum_of(
+        (np_.cross(dargs[0], args[1]) if dargs[0] is not None else None,
+         np_.cross(args[0], dargs[1]) if dargs[1] is not None else None)),
+        (lambda args, g, ranks, axis: (np_.cross(args[1], g), "reduce"),       # <g, a × b> = <a, b × g>
+         lambda args, g, ranks, axis: (np_.cross(g, args[0]), "reduce"))),     # = <b, g × a>
+    "srcad.real_eigenvalues": ArrayRule(_general_eigenvalues_tangent, (_general_eigenvalues_transpose,)),
+    "srcad.right_eigenvectors": ArrayRule(_general_eigenvectors_tangent, (_general_eigenvectors_transpose,)),
+    "srcad.least_squares": ArrayRule(_least_squares_tangent, _least_squares_transposes()),
+    "srcad.qr_q": _QR_Q,
+    "srcad.qr_r": _QR_R,
+    "srcad.least_squares_singular_values": ArrayRule(_singular_values_tangent, (_singular_values_transpose,)),
     "srcad.log_abs_det": ArrayRule(lambda args, dargs, ranks, axis: np_.sum(_cofactor_ratio(args) * dargs[0]),
                                    (lambda args, g, ranks, axis: (g * _cofactor_ratio(args), "exact"),)),
     "np.vdot": ArrayRule(lambda args, dargs, ranks, axis: _sum_of(

@@ -57,7 +57,9 @@ WRITTEN_AS = {"np.ptp": "peak_to_peak", "np.ediff1d": "differences_of_flat", "np
               "np.nancumsum": "nancumsum", "np.nanprod": "nanprod", "np.vstack": "stacked_rows",
               "np.cumprod": "running_product", "np.nancumprod": "nan_running_product", "np.convolve": "convolution",
               "np.correlate": "correlation", "np.vander": "vandermonde", "np.linalg.slogdet": "sign_and_log_det",
-              "np.linalg.eigh": "eigenvalues_and_vectors", "np.linalg.svd": "singular_value_decomposition"}
+              "np.linalg.eigh": "eigenvalues_and_vectors", "np.linalg.svd": "singular_value_decomposition",
+              "np.linalg.qr": "q_and_r", "np.linalg.lstsq": "least_squares", "np.linalg.eig": "general_eigen",
+              "np.linalg.eigvals": "general_eigenvalues"}
 # NumPy functions written in Python (`numpy_in_python`), inlined where called like a user's helper
 WRITTEN_IN_PYTHON = {f"np.{name}": getattr(numpy_in_python, name) for name in (
     "interp", "percentile", "nanpercentile", "quantile", "nanquantile", "cov", "corrcoef")} | \
@@ -1169,13 +1171,14 @@ class _Lowerer:
         kept = self.temp(Call("np.where", (self.temp(Call("np.isnan", (x,))), Const(neutral), x)))
         return Call(then, (kept,))
 
-    def in_parts(self, args, kws, parts):
-        """A factorisation of one matrix returning a tuple, as one call per part (`parts`: (runtime
-        function, name)), so that each part has a rule of its own, or is refused by its name."""
-        if len(args) != 1 or kws:
+    def in_parts(self, args, kws, parts, counts=(1,)):
+        """A factorisation returning a tuple, as one call per part (`parts`: (runtime function, name)) of the
+        same arguments (as many as one of `counts`), so that each part has a rule of its own, or is refused by
+        its name."""
+        if kws or len(args) not in counts:
             return None
-        a = self.atom(args[0])
-        return Tuple(tuple(self.temp(Call(part, (a,)), name) for part, name in parts))
+        given = tuple(self.atom(a) for a in args)
+        return Tuple(tuple(self.temp(Call(part, given), name) for part, name in parts))
 
     def sign_and_log_det(self, args, kws):
         """`np.linalg.slogdet(a)`: its sign (no derivative) and log |det a| (`srcad.log_abs_det` has the rule)."""
@@ -1190,6 +1193,26 @@ class _Lowerer:
         Vh is refused, naming them)."""
         return self.in_parts(args, kws, (("srcad.left_singular_vectors", "u"), ("srcad.singular_values", "s"),
                                          ("srcad.right_singular_vectors", "vh")))
+
+    def general_eigen(self, args, kws):
+        """`np.linalg.eig(a)` of a real matrix (real eigenvalues, as Numba requires): w and V, each with its rule."""
+        return self.in_parts(args, kws, (("srcad.real_eigenvalues", "eigenvalues"),
+                                         ("srcad.right_eigenvectors", "eigenvectors")))
+
+    def general_eigenvalues(self, args, kws):
+        """`np.linalg.eigvals(a)`: the eigenvalues np.linalg.eig(a) gives, in their order."""
+        return Call("srcad.real_eigenvalues", (self.atom(args[0]),)) if len(args) == 1 and not kws else None
+
+    def q_and_r(self, args, kws):
+        """`np.linalg.qr(a)` (reduced, as Numba's): Q and R, each with its rule."""
+        return self.in_parts(args, kws, (("srcad.qr_q", "q"), ("srcad.qr_r", "r")))
+
+    def least_squares(self, args, kws):
+        """`np.linalg.lstsq(a, b[, rcond])`: x (differentiated), the residuals (refused where a gradient
+        flows: compute them from x), the rank and the singular values of `a` (differentiated)."""
+        return self.in_parts(args, kws, (("srcad.least_squares", "x"), ("srcad.least_squares_residuals", "residuals"),
+                                         ("srcad.least_squares_rank", "rank"),
+                                         ("srcad.least_squares_singular_values", "s")), counts=(2, 3))
 
     def running_product(self, args, kws):
         """`np.cumprod(x)`: the running product of the flattened array, as the loop it is (its derivative
