@@ -464,21 +464,27 @@ def cotangent_times(g, p):
     return np.where((np.asarray(g) == 0) | (np.asarray(p) == 0), np.zeros_like(product), product)[()]
 
 
+@_helper
+def _times_unless_zero(g, p):
+    if g == 0:
+        return g * 0.0
+    if p == 0:
+        return p * 0.0
+    return g * p
+
+
 @_overload(cotangent_times)
 def _cotangent_times_overload(g, p):
+    if isinstance(p, numba.types.Array) and p.ndim == 0 and not isinstance(g, numba.types.Array):
+        return lambda g, p: _times_unless_zero(g, p.item())          # a scalar, as g * p is
+    if isinstance(g, numba.types.Array) and g.ndim == 0 and not isinstance(p, numba.types.Array):
+        return lambda g, p: _times_unless_zero(g.item(), p)
     if isinstance(g, numba.types.Array) or isinstance(p, numba.types.Array):
         def array(g, p):
             product = g * p
             return np.where((g == 0) | (p == 0), np.zeros_like(product), product)
         return array
-
-    def scalar(g, p):
-        if g == 0:
-            return g * 0.0
-        if p == 0:
-            return p * 0.0
-        return g * p
-    return scalar
+    return lambda g, p: _times_unless_zero(g, p)
 
 
 def finite_or_zero(p):

@@ -166,7 +166,7 @@ def global_array(x):
 
 
 def no_rule(x):
-    return np.sum(np.linalg.pinv(np.outer(x, x)))
+    return np.sum(np.linalg.svd(np.outer(x, x))[0])
 
 
 def typing_error(x):

@@ -652,6 +652,11 @@ def triangle_of_qr(x):
     return np.sum(r * r)
 
 
+def left_singular_vectors_of(x):
+    u = np.linalg.svd(np.outer(x, x) + np.eye(3))[0]
+    return np.sum(u * u)
+
+
 SMOOTHING = (-3.0 / 35, 12.0 / 35, 17.0 / 35, 12.0 / 35, -3.0 / 35)     # Savitzky-Golay, 5 points
 RK4_WEIGHTS = (1.0 / 6, 1.0 / 3, 1.0 / 3, 1.0 / 6)
 

@@ -150,7 +150,7 @@ def test_wrong_rank_names_the_function_and_the_argument_types():
         scatter(np.ones((2, 2)), np.zeros(2))
 
 
-def test_division_by_zero_log_and_sqrt_at_zero_follow_ieee_like_the_eager_tape():
+def test_division_by_zero_log_and_sqrt_at_zero_follow_ieee_like_the_eager_tape_but_a_zero_partial_adds_nothing():
     args = [np.array([0.0, 1.0, 4.0]), np.array([0.0, 2.0, -1.0]), np.array([1.0, 1.0, 2.0]),
             np.array([1.0, 3.0, 2.0])]
     variables = [ad.Variable(a) for a in args]
@@ -164,6 +164,11 @@ def test_division_by_zero_log_and_sqrt_at_zero_follow_ieee_like_the_eager_tape()
     for v in variables:
         with np.errstate(all="ignore"):
             expected = eager_tape.gradient(eager, v).numpy()
+        if v is variables[2] or v is variables[3]:
+            # sqrt((z - w) ** 2) at z == w: the slope of sqrt at 0 (inf) times that of the square (0) is nan on the
+            # eager tape, as in TensorFlow; compiled code takes a partial that is exactly 0 as contributing nothing
+            assert np.array_equal(np.isnan(expected), args[2] == args[3])
+            expected[args[2] == args[3]] = 0.0
         np.testing.assert_array_equal(tape.gradient(compiled, v).numpy(), expected)
     assert np.isinf(tape.gradient(compiled, variables[0]).numpy()[0])
 

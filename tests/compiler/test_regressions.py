@@ -89,6 +89,7 @@ CASES = [
     Case(R.masks_on_row_views_in_a_loop, A(rng.uniform(-1, 1, (4, 3)), rng.uniform(-1, 1, (3, 5))), active=(0, 1)),
     Case(R.eigenvalues_squared, A(vec(3))),
     Case(R.first_pass_flag, A(rng.uniform(-0.3, 0.3, (3, 3)) + np.eye(3), vec(4), 5), active=(0, 1)),
+    Case(R.triangle_of_qr, A(vec(3))),
     Case(R.full_truncation_variance, A(np.array([0.5, -2.5, -1.9, 0.3, 1.2, -0.4]), 0.04, 1.5, 0.04, 0.9, 0.1),
          active=(0, 1, 2, 3, 4, 5)),
 ]
@@ -292,8 +293,8 @@ def test_an_argument_passed_none_and_used_as_a_value_is_a_type_error_naming_it()
 
 @pytest.mark.parametrize("fn, message", [
     (R.manhattan_norm, r"no derivative rule for `np.linalg.norm` of a 1-d array, ord=1 in `return np.linalg.norm"),
-    (R.triangle_of_qr, r"no derivative rule for `np.linalg.qr` \(a factorisation without a rule yet.*\) in "
-                       r"`r = np.linalg.qr"),
+    (R.left_singular_vectors_of, r"no derivative rule for `srcad.left_singular_vectors` \(the derivatives of "
+                                 r"singular vectors are not built.*\) in `u = np.linalg.svd"),
 ])
 def test_functions_without_a_rule_for_these_arguments_are_refused_not_silently_wrong(fn, message):
     """A norm other than the 2-norm, and a function returning a tuple (its values carry derivatives), are

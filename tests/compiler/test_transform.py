@@ -224,8 +224,8 @@ def test_design_example_saves_only_r():
     forward, adjoint = t.source("forward"), t.source("adjoint")
     assert "acc_stack" not in forward and "np.copy(x)" not in forward
     assert "def energy_forward(x, r_stack):" in forward and "r_stack = grow(" in forward
-    assert "d_r *= math.cos(r)" in adjoint and "d_y[i] += d_r" in adjoint
-    assert "d_x[i] += 2.0 * (d_acc * x[i])" in adjoint and "if nonzero:" in adjoint    # only where d_acc is not 0
+    assert "d_r = cotangent_times(d_r, math.cos(r))" in adjoint and "d_y[i] += d_r" in adjoint
+    assert "d_x[i] += 2.0 * cotangent_times(d_acc, x[i])" in adjoint and "if nonzero:" in adjoint  # where d_acc != 0
 
 
 def test_straight_line_loop_saves_only_its_state():

@@ -222,11 +222,11 @@ def test_zero_cotangent_times_an_infinite_partial_is_zero(fn, u, w):
 
 def test_products_by_partials_skip_a_zero_cotangent():
     """The zero-cotangent rule in scalar code: a statement's adjoint runs only where its cotangent is not 0
-    (one test), the partials along a path are multiplied through `cotangent_times` (0 after a partial that
-    is 0: `w` is the cotangent reaching `sqrt(u)`), and the cotangent by that product plainly; in array
-    code, each product of a cotangent by a partial goes through `cotangent_times`."""
+    (one test), and each product along a path, from the cotangent on, goes through `cotangent_times` (0
+    where either factor is 0: `w` is the cotangent reaching `sqrt(u)`, and a partial that is 0 after an inf
+    one adds nothing); so does each product of a cotangent by a partial in array code."""
     text = ad.show_source(ad.function(sqrt_times), "adjoint", 0.5, 0.7)
-    assert "nonzero = d_t != 0.0" in text and "d_t * cotangent_times(w, 0.5 / math.sqrt(u))" in text
-    assert "d_w = d_t * np.sqrt(u)" in text and "math.isfinite(" not in text
+    assert "nonzero = d_t != 0.0" in text and "cotangent_times(cotangent_times(d_t, w), 0.5 / math.sqrt(u))" in text
+    assert "d_w = cotangent_times(d_t, np.sqrt(u))" in text and "math.isfinite(" not in text
     text = ad.show_source(ad.function(sqrt_times_arrays), "adjoint", np.array([0.5]), np.array([0.7]))
     assert "cotangent_times(d_t, w)" in text or "cotangent_times(d_t2, w)" in text, text

@@ -158,8 +158,8 @@ class LocalAdjoints:
         is multiplied by a partial that is not a constant (`tree`): tested once per statement, off the chain
         of products, so a cotangent that is exactly 0 sends no 0 * inf back. The test is bound to a name (an
         If reads its condition as the statement starts, also when this code is differentiated again)."""
-        if isinstance(ty, nt.Array) or not any(isinstance(x, BinOp) and x.op == "*" and x.left == cotangent and names_in(x.right)
-                   for t in stmts for e in own_exprs(t) for x in subexpressions(e)):
+        if isinstance(ty, nt.Array) or not any(_times_a_partial(x, cotangent)
+                                               for t in stmts for e in own_exprs(t) for x in subexpressions(e)):
             return stmts
         flag = self.local(s, "nonzero")
         self.fn.types[flag] = nt.boolean
@@ -385,6 +385,14 @@ def times(cotangent, partial):
     if not names_in(partial):
         return BinOp("*", cotangent, partial)
     return Call("srcad.cotangent_times", (cotangent, partial))
+
+
+def _times_a_partial(e, cotangent):
+    """Is `e` the product of `cotangent` by a partial that is not a constant (`times`)?"""
+    if isinstance(e, Call) and e.fn == "srcad.cotangent_times" or isinstance(e, BinOp) and e.op == "*":
+        left, right = (e.args if isinstance(e, Call) else (e.left, e.right))
+        return left == cotangent and bool(names_in(right))
+    return False
 
 
 def _argument_cotangents(args, cotangents):
