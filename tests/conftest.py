@@ -1,9 +1,11 @@
 """Settings of the whole suite, made before Numba loads.
 
-Numba compiles without LLVM's optimizations (NUMBA_OPT=0): the tests check
-results, not speed, and compiling is most of the suite's time (it runs twice
-as fast). The generated code and Numba's own cache then go to directories of
-the tests' own, so that unoptimized code never serves a user's program or a
+Numba compiles with few of LLVM's optimizations (NUMBA_OPT=1): the tests
+check results, not speed, and compiling is most of the suite's time. Not
+NUMBA_OPT=0, which compiles faster still but leaves code that Numba refuses
+to cache ("uses dynamic globals"), so the tests of the disk cache fail. The
+generated code and Numba's own cache then go to directories of the tests'
+own, so that less optimized code never serves a user's program or a
 benchmark (srcad's cache key has the level too). Each can be overridden from
 the environment. The GPU tests run under Numba's CUDA simulator unless
 SRCAD_GPU=1 says that a GPU is there (set before numba.cuda loads).

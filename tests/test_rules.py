@@ -114,6 +114,8 @@ CASES += [
     case("det-batched", lambda a: np.linalg.det(a), ((2, 3, 3), "wellcond")),
     case("cholesky", lambda a: np.linalg.cholesky(a), ((3, 3), "wellcond")),       # (of its lower triangle: PD)
     case("cholesky-batched", lambda a: np.linalg.cholesky(a), ((2, 3, 3), "wellcond")),
+    case("cross", lambda a, b: np.cross(a, b), (3,), (3,)),
+    case("cross-broadcast", lambda a, b: np.cross(a, b), (4, 3), (3,)),
     case("solve-vec", lambda a, b: np.linalg.solve(a, b), ((3, 3), "wellcond"), (3,)),
     case("solve-mat", lambda a, b: np.linalg.solve(a, b), ((3, 3), "wellcond"), (3, 2)),
     # shapes

@@ -201,6 +201,7 @@ FUNCTIONS.update({
     np.linalg.inv: lambda a: r.linalg_inv(a),
     np.linalg.det: lambda a: r.linalg_det(a),
     np.linalg.cholesky: lambda a: r.linalg_cholesky(a),
+    np.cross: lambda a, b: r.cross(a, b),
     np.argmax: lambda a, axis=None, **kw: r.argmax(a, axis=axis),
     np.argmin: lambda a, axis=None, **kw: r.argmin(a, axis=axis),
     np.round: lambda a, decimals=0, out=None: r.round(a, decimals),

@@ -308,6 +308,8 @@ def _norm(x, axis=None, keepdims=False):
     return np.sqrt(np.sum(np.square(x), axis=axis, keepdims=keepdims))
 
 
+cross = elementwise(np.cross, lambda g, ans, a, b: cross(b, g),      # <g, a × b> = <a, b × g> = <b, g × a>
+                    lambda g, ans, a, b: cross(g, a))
 linalg_inv = primitive(np.linalg.inv, _linalg_inv_vjp, name="linalg.inv")
 linalg_det = primitive(np.linalg.det, _linalg_det_vjp, name="linalg.det")
 linalg_solve = primitive(_solve, _linalg_solve_vjp_a, _linalg_solve_vjp_b, name="linalg.solve")

@@ -518,7 +518,7 @@ def _cholesky(a):
 
 def _lower_half(x):
     """Φ(X): the lower triangle of X with its diagonal halved (a self-adjoint linear map)."""
-    return np_.tril(x) - 0.5 * np_.diag(np_.diag(x))
+    return np_.tril(x) - np_.diag(np_.diag(x)) / Const(2)       # (an integer keeps float32 arrays float32)
 
 
 def _cholesky_tangent(args, dargs, ranks, axis):
@@ -554,8 +554,8 @@ def _eigenvectors(a):
 def _eigen_gaps(a, values="np.linalg.eigvalsh"):
     """F[i, j] = 1 / (w[j] - w[i]) off the diagonal, 0 on it (w the eigenvalues of `a`, by `values`)."""
     w = Call(values, (a,))
-    one = np_.eye(Subscript(Call("np.shape", (a,)), (Const(0),)))
-    return 1.0 / (np_.expand_dims(w, 0) - np_.expand_dims(w, 1) + one) - one
+    one = _eye_like(a, 0)
+    return Const(1) / (np_.expand_dims(w, 0) - np_.expand_dims(w, 1) + one) - one
 
 
 def _eigenvalues_tangent(args, dargs, ranks, axis):
@@ -637,18 +637,23 @@ def _extent(a, axis):
     return Subscript(Call("np.shape", (a,)), (Const(axis),))
 
 
+def _eye_like(a, axis):
+    """The identity of `a`'s extent along `axis`, in `a`'s dtype (Numba's `@` takes arrays of one dtype)."""
+    return Call("np.eye", (_extent(a, axis),), (("dtype", Attribute(a, "dtype")),))
+
+
 def _pinv_tangent_of(a, p, da):
     """dA⁺ = -A⁺ dA A⁺ + A⁺A⁺ᵀ dAᵀ (I - AA⁺) + (I - A⁺A) dAᵀ A⁺ᵀA⁺, where the rank is constant."""
     pt, dat = np_.transpose(p), np_.transpose(da)
-    return (-(p @ da @ p) + p @ pt @ dat @ (np_.eye(_extent(a, 0)) - a @ p)
-            + (np_.eye(_extent(a, 1)) - p @ a) @ dat @ pt @ p)
+    return (-(p @ da @ p) + p @ pt @ dat @ (_eye_like(a, 0) - a @ p)
+            + (_eye_like(a, 1) - p @ a) @ dat @ pt @ p)
 
 
 def _pinv_transpose_of(a, p, g):
     """Ā = -A⁺ᵀ G A⁺ᵀ + (I - AA⁺) Gᵀ A⁺A⁺ᵀ + A⁺ᵀA⁺ Gᵀ (I - A⁺A), the transpose of `_pinv_tangent_of`."""
     pt, gt = np_.transpose(p), np_.transpose(g)
-    return (-(pt @ g @ pt) + (np_.eye(_extent(a, 0)) - a @ p) @ gt @ p @ pt
-            + pt @ p @ gt @ (np_.eye(_extent(a, 1)) - p @ a))
+    return (-(pt @ g @ pt) + (_eye_like(a, 0) - a @ p) @ gt @ p @ pt
+            + pt @ p @ gt @ (_eye_like(a, 1) - p @ a))
 
 
 def _pinv(args):
