@@ -263,6 +263,14 @@ def test_regression_cases_are_differentiated_again(case):
     second_order_check(case.fn, args, tuple(k in case.active for k in range(len(args))))
 
 
+def test_a_zero_partial_after_an_inf_one_adds_nothing_at_second_order_too():
+    """Heston's full truncation `sqrt(max(v, 0))` with v < 0 (not in the sweep's sample): the slope of
+    `cotangent_times` in each factor is 0 where the other is 0, so the second derivative has no nan either."""
+    case = next(c for c in test_regressions.CASES if c.name == "full_truncation_variance")
+    args = case.make_args()
+    second_order_check(case.fn, args, tuple(k in case.active for k in range(len(args))))
+
+
 def test_a_float32_scalar_gradient_is_differentiated_again():
     """The gradient of a float32 scalar is returned in its dtype (a cast bound to a name): at second order
     its cotangent is seeded like any other. f(x) = a x^2: d/dx (w f'(x) g) = 2 a w g, d/dg = 2 a x w."""

@@ -492,6 +492,15 @@ def _transposed(a):
     return np_.ascontiguousarray(np_.transpose(a))
 
 
+def _extent(a, axis):
+    return Subscript(Call("np.shape", (a,)), (Const(axis),))
+
+
+def _eye_like(a, axis):
+    """The identity of `a`'s extent along `axis`, in `a`'s dtype (Numba's `@` takes arrays of one dtype)."""
+    return Call("np.eye", (_extent(a, axis),), (("dtype", Attribute(a, "dtype")),))
+
+
 def _solve_tangent(args, dargs, ranks, axis):
     """d solve(A, b) = solve(A, db - dA @ x), x = solve(A, b)."""
     a, b = args
@@ -615,7 +624,7 @@ def _general_eigenvectors_transpose(args, g, ranks, axis):
 
 def _singular_parts(a, g):
     """The columns of U and rows of Vh that go with the singular values (as many as `g` has)."""
-    k = Subscript(Call("np.shape", (g,)), (Const(0),))
+    k = _extent(g, 0)
     u = Subscript(Call("srcad.left_singular_vectors", (a,)), (Slice(), Slice(None, k)))
     vh = Subscript(Call("srcad.right_singular_vectors", (a,)), (Slice(None, k), Slice()))
     return u, vh
@@ -631,15 +640,6 @@ def _singular_values_transpose(args, g, ranks, axis):
     """Ā = U diag(g) Vh over the singular values' columns and rows."""
     u, vh = _singular_parts(args[0], g)
     return (u * np_.expand_dims(g, 0)) @ vh, "exact"
-
-
-def _extent(a, axis):
-    return Subscript(Call("np.shape", (a,)), (Const(axis),))
-
-
-def _eye_like(a, axis):
-    """The identity of `a`'s extent along `axis`, in `a`'s dtype (Numba's `@` takes arrays of one dtype)."""
-    return Call("np.eye", (_extent(a, axis),), (("dtype", Attribute(a, "dtype")),))
 
 
 def _pinv_tangent_of(a, p, da):
@@ -664,9 +664,9 @@ def _least_squares_tangent(args, dargs, ranks, axis):
     """x = A⁺b: dx = dA⁺ b + A⁺ db."""
     a, b = args[:2]
     da, db = dargs[:2]
-    p = _pinv((a,))
     if da is None and db is None:
         return None
+    p = _pinv((a,))
     return _sum_of((_pinv_tangent_of(a, p, da) @ b if da is not None else None,
                     p @ db if db is not None else None))
 
@@ -853,8 +853,7 @@ ARRAY_RULES = {
     "np.flipud": _flip("np.flipud"),
     "np.trace": ArrayRule(lambda args, dargs, ranks, axis: None if len(args) > 1 else np_.trace(dargs[0]),
                           (lambda args, g, ranks, axis: None if len(args) > 1 else (g * np_.eye(
-                              Subscript(Call("np.shape", (args[0],)), (Const(0),)),
-                              Subscript(Call("np.shape", (args[0],)), (Const(1),))), "exact"),)),
+                              _extent(args[0], 0), _extent(args[0], 1)), "exact"),)),
     "np.diag": ArrayRule(lambda args, dargs, ranks, axis: None if len(args) > 1 else np_.diag(dargs[0]),
                          (lambda args, g, ranks, axis: None if len(args) > 1 else
                           (np_.diag(g) if ranks[0] == 1 else srcad.diag_like(g, args[0]), "exact"),)),
