@@ -870,3 +870,18 @@ def full_truncation_variance(z, v0, kappa, theta, xi, dt):
         total += math.sqrt(max(v, 0.0))
     paths = v0 + xi * z
     return total + np.sum(np.sqrt(np.maximum(paths, 0.0))) + np.sum(np.clip(paths, 0.0, None) ** 0.5)
+
+
+def one_of_two_arrays(x):
+    """A name bound in a loop to one of two arrays of different lengths: its adjoint is made again at
+    each binding with that binding's shape (it was made once, with the last one's shape: a broadcast
+    error, or a silently misshapen sum)."""
+    head = x[:2] * 1.5
+    s = 0.0
+    for k in range(4):
+        if k % 2 == 0:
+            part = head
+        else:
+            part = x
+        s += np.sum(part ** 2) * (k + 1)
+    return s

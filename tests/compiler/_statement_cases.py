@@ -448,3 +448,82 @@ def spring_defaults(x):
     p = Spring(x)
     s = OscillatorState(x, x * 2.0)
     return p.k * p.c + s.damping * s.vel
+
+
+# ---- lambdas, loops over tuples, `in` on arrays, `*` on tuples ----------------------------------------
+
+def _trapezoid(f, a, b, n):
+    h = (b - a) / n
+    s = 0.5 * (f(a) + f(b))
+    for i in range(1, n):
+        s += f(a + i * h)
+    return s * h
+
+
+def local_lambdas(k, c):
+    """Lambdas bound to names and called there, one calling another (reading `k` and `c` as they are at
+    the call), as Numba takes them."""
+    damp = lambda t: np.exp(-k * t)
+    ramp = lambda t, scale: scale * c * damp(t) * t
+    s = 0.0
+    for i in range(4):
+        s += ramp(0.25 * i, 2.0) + ramp(0.5, 1.0)
+    return s + damp(1.0)
+
+
+def lambdas_passed_on(k, c):
+    """A lambda handed to a helper, one made inside another, and one with a default value called by
+    keyword (Python takes these; Numba refuses the first two and ignores the keyword)."""
+    total = _trapezoid(lambda t: c * np.exp(-k * t) * t, 0.0, 2.0, 16)
+    scaled = lambda a: (lambda b: a * b + c)(k)
+    ramp = lambda t, scale=2.0: scale * k * t
+    return total + scaled(0.5) + ramp(c) + ramp(0.5, scale=c)
+
+
+def over_tuples(x, y):
+    """`for` over a tuple of values: numbers (with a `break`), arrays of different lengths, and zip /
+    enumerate of tuples."""
+    s = 0.0
+    for v in (x[0], 2.0 * x[1], y):
+        if v > 10.0:
+            break
+        s += v * v
+    for arr in (x, x[1:] * y):
+        s += np.sum(arr ** 2)
+    for k, (w, v) in enumerate(zip((0.5, 1.5), (x[2], y))):
+        s += (k + w) * v
+    return s
+
+
+def memberships(x, level):
+    """`in` / `not in` on an array and on a list grown by append, as Numba tests them."""
+    found = []
+    for i in range(x.shape[0]):
+        if x[i] > level:
+            found.append(i)
+    s = 0.0
+    for i in range(x.shape[0]):
+        if i in found:
+            s += x[i] * x[i]
+        elif float(i) not in x:
+            s += level * x[i]
+    return s
+
+
+@numba.njit
+def _affine(a, b, c):
+    return a * b + c
+
+
+def spread_tuples(x, y):
+    """`*` spreads a tuple into a call's arguments and into a tuple."""
+    t = (x, y)
+    u = (*t, 2.0)
+    return _affine(*t, x * y) + _affine(*u) + np.arctan2(*t)
+
+
+def constant_fstring(x):
+    """An f-string without fields is a constant message, as Numba takes it."""
+    if x < 0.0:
+        raise ValueError(f"x must be non-negative")
+    return np.sqrt(x)

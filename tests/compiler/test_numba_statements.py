@@ -71,12 +71,20 @@ CASES = [
     ("list_comprehensions_of_any_length", S.selected_energies, (rng.uniform(0.0, 2.0, 12), 0.9), (0, 1)),
     ("named_tuples", S.damped_spring, (1.0, 0.5, 2.0, 30), (0, 1, 2)),
     ("named_tuple_defaults", S.spring_defaults, (1.3,), (0,)),
+    ("lambdas", S.local_lambdas, (0.7, 1.3), (0, 1)),
+    ("lambdas_passed_on", S.lambdas_passed_on, (0.7, 1.3), (0, 1)),
+    ("for_over_tuples", S.over_tuples, (X[:4].copy(), 1.3), (0, 1)),
+    ("in_on_arrays_and_lists", S.memberships, (np.array([0.5, 3.0, 1.5, 2.0, 0.7]), 1.0), (0, 1)),
+    ("star_on_tuples", S.spread_tuples, (0.7, 1.3), (0, 1)),
+    ("constant_fstring", S.constant_fstring, (2.0,), (0,)),
 ]
 IDS = [c[0] for c in CASES]
 # np.cross has no derivative rule yet: `projected` is checked in the primal only
 NO_RULE = {"list_arguments"}
-# plain Python that Numba does not take: a function as a default value, a closure passed to a dispatcher
-NOT_NUMBA = {"function_as_default_value", "nested_function_passed_to_helper", "named_tuple_defaults"}
+# plain Python that Numba does not take: a function as a default value, a closure passed to a dispatcher,
+# a closure made inside a closure
+NOT_NUMBA = {"function_as_default_value", "nested_function_passed_to_helper", "named_tuple_defaults",
+             "lambdas_passed_on"}
 
 
 @pytest.mark.parametrize("name,fn,args,active", CASES, ids=IDS)
@@ -98,7 +106,9 @@ SECOND = ["raise_not_taken", "raise_in_loop_else", "assert_holds", "for_over_row
           "zip_of_range_enumerate_xrange", "for_else_break", "while_else_break", "nested_for_else",
           "in_tuple_in_helper", "list_literals", "keyword_arguments", "functions_passed_to_a_helper",
           "distance_function_to_dp_kernel", "nested_functions", "nested_function_passed_to_helper",
-          "list_comprehensions", "list_comprehensions_of_any_length", "named_tuples", "list_grown_by_append", "list_past_its_first_storage", "list_of_indices"]
+          "list_comprehensions", "list_comprehensions_of_any_length", "named_tuples", "list_grown_by_append",
+          "list_past_its_first_storage", "list_of_indices", "lambdas", "lambdas_passed_on", "for_over_tuples", "in_on_arrays_and_lists",
+          "star_on_tuples"]
 
 
 @pytest.mark.parametrize("name", corpus.sweep(SECOND, every=3))
@@ -137,6 +147,7 @@ RAISES = [
     (S.log_or_raise, (-1.0,), ArithmeticError, r"log of a non-positive number", "raise ArithmeticError"),
     (S.asserted, (X, -1.0), AssertionError, "scale must be positive", "assert scale"),
     (S.asserted, (X[:1].copy(), 1.0), AssertionError, None, "assert x.shape"),
+    (S.constant_fstring, (-1.0,), ValueError, "x must be non-negative", 'raise ValueError(f"x must'),
 ]
 RAISE_IDS = [f"{r[0].__name__}-{r[2].__name__}" for r in RAISES]
 
@@ -149,7 +160,8 @@ def _python_error(fn, args):
 
 def _notes_name_the_line(exc, marker):
     """The note of an exception raised in compiled code names the file and line of its `raise`."""
-    source = next(f for f in (S.power_sum, S._check_weights.py_func, S.sqrt_newton, S.log_or_raise, S.asserted)
+    source = next(f for f in (S.power_sum, S._check_weights.py_func, S.sqrt_newton, S.log_or_raise, S.asserted,
+                              S.constant_fstring)
                   if marker in inspect.getsource(f))
     note = " ".join(getattr(exc, "__notes__", []))
     return "_statement_cases.py" in note and f"line {line_of(source, marker)}" in note

@@ -92,6 +92,7 @@ CASES = [
     Case(R.triangle_of_qr, A(vec(3))),
     Case(R.full_truncation_variance, A(np.array([0.5, -2.5, -1.9, 0.3, 1.2, -0.4]), 0.04, 1.5, 0.04, 0.9, 0.1),
          active=(0, 1, 2, 3, 4, 5)),
+    Case(R.one_of_two_arrays, A(vec(5))),
 ]
 
 

@@ -212,7 +212,8 @@ def _reads_array_values(fn, e):
 def _shape_varying(fn, defs, multi):
     """Arrays rebound in loops whose shape may differ between bindings (slices with moving bounds,
     allocations of a varying size, part of an array that is itself rebound (`p = p[1:]`), gathers
-    through index arrays or masks, joins with such an array, arrays computed from those, and arrays
+    through index arrays or masks, joins with such an array, another name for one of several arrays,
+    arrays computed from those, and arrays
     restored from a stack in generated code, whose first binding is an empty placeholder): the reverse
     sweep restores each one's previous binding where it was bound, so that its adjoint is made again
     with that shape."""
@@ -221,7 +222,15 @@ def _shape_varying(fn, defs, multi):
 
     def varies(n):
         return isinstance(fn.types.get(n), nt.Array) and n not in fn.params and \
-            any(isinstance(d, Pop) or isinstance(d, Assign) and expr_varies(d.value) for d in defs.get(n, ()))
+            (any(isinstance(d, Pop) or isinstance(d, Assign) and expr_varies(d.value) for d in defs.get(n, ()))
+             or len(fixed_sources(n)) > 1)
+
+    def fixed_sources(n):
+        """The arrays bound outside the loops that `n` is made another name of (`arr = a` on one path,
+        `arr = b` on another): each may have its own shape. (Buffers rotated in a loop name each
+        other, arrays of the loop: not counted.)"""
+        return {d.value.id for d in defs.get(n, ()) if isinstance(d, Assign) and isinstance(d.value, Name)
+                and d.value.id not in multi}
 
     def expr_varies(e):
         for x in subexpressions(e):

@@ -800,8 +800,7 @@ class _Lowerer:
         value = self.expr(node)
         if isinstance(value, Tuple):
             if not all(isinstance(x, Const) for x in value.items):
-                raise self.err(node, "`for` over a tuple of values", "put them in an array, or loop over "
-                               "indices")
+                return Const(len(value.items)), self.choice_of_items(value, s)
             seq = self.synthetic(value, "seq")
             return Const(len(value.items)), lambda k: ast.Subscript(value=seq, slice=k, ctx=ast.Load())
         if isinstance(value, Const):
@@ -810,6 +809,20 @@ class _Lowerer:
         n = Subscript(Attribute(seq, "shape"), (Const(0),))
         seq = self.synthetic(seq, "seq")
         return n, lambda k: ast.Subscript(value=seq, slice=k, ctx=ast.Load())
+
+    def choice_of_items(self, value, s):
+        """The k-th item of a tuple of values (numbers or arrays, read once before the loop, as Python
+        reads them) as a choice among its items: `a if k == 0 else (b if k == 1 else c)`, so that items of
+        any kind, arrays of different lengths included, keep their own values."""
+        names = [self.synthetic(self.stable(self.as_atom(x), s.body), "item") for x in value.items]
+
+        def item(k):
+            chosen = names[-1]
+            for j in range(len(names) - 2, -1, -1):
+                test = ast.Compare(left=k, ops=[ast.Eq()], comparators=[ast.Constant(j)])
+                chosen = ast.IfExp(test=test, body=names[j], orelse=chosen)
+            return chosen
+        return item
 
     def iter_enumerate(self, node, s):
         start = node.args[1] if len(node.args) == 2 else next((k.value for k in node.keywords if k.arg == "start"),
@@ -922,7 +935,9 @@ class _Lowerer:
         arguments and the line; `Checked` raises the user's exception of them."""
         args = []
         for a in arg_nodes:
-            if isinstance(a, ast.Constant) and isinstance(a.value, (str, int, float, bool)):
+            if isinstance(a, ast.JoinedStr) and all(isinstance(v, ast.Constant) for v in a.values):
+                args.append(Const("".join(v.value for v in a.values)))      # f"..." with no fields
+            elif isinstance(a, ast.Constant) and isinstance(a.value, (str, int, float, bool)):
                 args.append(Const(a.value))
             elif isinstance(a, (ast.Constant, ast.JoinedStr)) or any(
                     isinstance(n, ast.Constant) and isinstance(n.value, (str, bytes)) for n in ast.walk(a)):
@@ -1046,14 +1061,14 @@ class _Lowerer:
 
     def membership(self, left, right, negate):
         """`a in (1, 2)`, `a not in [x, y]`, `a in TABLE`: `a == item` for each item, or-ed (decided
-        here where they are constants)."""
+        here where they are constants); `a in arr`, as Numba has it: whether any element equals `a`."""
         if isinstance(right, (ast.Tuple, ast.List)):
             items = [self.atom(e) for e in right.elts]
         else:
             value = self.expr(right)
-            if not isinstance(value, Tuple):
-                raise self.err(right, "`in` / `not in` on an array", "test an array with np.any(a == v); `in` "
-                               "works on tuples and list literals")
+            if not isinstance(value, Tuple):          # an array (or a list grown by append): any element equal
+                hit = self.as_atom(Call("np.any", (self.temp(Compare("==", self.as_atom(value), self.atom(left))),)))
+                return UnaryOp("not", hit) if negate else hit
             items = list(value.items)
         a = self.atom(left)
         parts = []
@@ -1440,7 +1455,22 @@ class _Lowerer:
         return Call("np.array", (Tuple(tuple(self.atom(e) for e in node.elts)),), kws)
 
     def expr_Tuple(self, node):
-        return Tuple(tuple(self.tuple_item(self.expr(e)) if self.rule else self.atom(e) for e in node.elts))
+        elts = self.spread(node.elts)
+        return Tuple(tuple(self.tuple_item(self.expr(e)) if self.rule else self.atom(e) for e in elts))
+
+    def spread(self, nodes):
+        """Call arguments or tuple items with `*t` (a tuple) replaced by t's items, as Python spreads them."""
+        out = []
+        for node in nodes:
+            if not isinstance(node, ast.Starred):
+                out.append(node)
+                continue
+            value = self.expr(node.value)
+            if not isinstance(value, Tuple):
+                raise self.err(node, "`*` on something other than a tuple", "spread a tuple: f(*t) with t = (a, b)")
+            out.extend(self.synthetic(self.as_atom(x) if not isinstance(x, Tuple) else x, "item")
+                       for x in value.items)
+        return out
 
     def tuple_item(self, e):
         """An item of a tuple a rule returns: an atom, or a tuple of atoms (outputs of a tuple function)."""
@@ -1593,6 +1623,8 @@ class _Lowerer:
         f = node.func
         if any(k.arg is None for k in node.keywords):
             raise self.err(node, "**kwargs in a call", "pass arguments explicitly")
+        if any(isinstance(a, ast.Starred) for a in node.args):
+            node = ast.copy_location(ast.Call(func=f, args=self.spread(node.args), keywords=node.keywords), node)
         if isinstance(f, ast.Attribute) and f.attr == "append" and self.list_of(f.value) is not None:
             return self.list_append(self.list_of(f.value), node)
         helper = self.callee(f)

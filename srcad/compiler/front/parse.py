@@ -82,16 +82,76 @@ def load(pyfunc, helper=False):
                 namespace[name] = cell.cell_contents
             except ValueError:
                 pass
+    tree.body = _lambdas_as_defs(tree.body, _LambdaNames(all_names(tree), first))
     info = FuncInfo(pyfunc, pyfunc.__name__, filename, first, source.splitlines(), tree, namespace, helper)
     fence(info)
     return info
+
+
+class _LambdaNames:
+    """Fresh names for lambdas that are not bound to a name: `lambda_at_line_12` (the file's line)."""
+
+    def __init__(self, taken, first_line):
+        self.taken, self.first_line = set(taken), first_line
+
+    def __call__(self, node):
+        line = self.first_line + node.lineno - 1
+        name, k = f"lambda_at_line_{line}", 1
+        while name in self.taken:
+            k += 1
+            name = f"lambda_at_line_{line}_{k}"
+        self.taken.add(name)
+        return name
+
+
+def _lambdas_as_defs(stmts, names):
+    """`f = lambda v: e` as `def f(v): return e`, and a lambda anywhere else (`apply(lambda v: 2 * v, x)`)
+    as such a def just before its statement, named for its line: the nested functions lowering inlines
+    where they are called, reading the enclosing names as they are at the call, as a lambda does."""
+    out = []
+    for s in stmts:
+        for part in ("body", "orelse", "finalbody"):
+            inner = getattr(s, part, None)
+            if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
+                setattr(s, part, _lambdas_as_defs(inner, names))
+        if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name) \
+                and isinstance(s.value, ast.Lambda):
+            out.append(_lambda_def(s.targets[0].id, s.value, names))
+            continue
+        hoisted = _HoistLambdas(names)
+        for field, value in ast.iter_fields(s):
+            if field not in ("body", "orelse", "finalbody", "handlers"):
+                setattr(s, field, hoisted.visit(value) if isinstance(value, ast.AST) else
+                        [hoisted.visit(v) if isinstance(v, ast.AST) else v for v in value]
+                        if isinstance(value, list) else value)
+        out.extend(hoisted.defs)
+        out.append(s)
+    return out
+
+
+class _HoistLambdas(ast.NodeTransformer):
+    """Replaces each lambda of one statement's own expressions by the name of a def it collects."""
+
+    def __init__(self, names):
+        self.names, self.defs = names, []
+
+    def visit_Lambda(self, node):
+        name = self.names(node)
+        self.defs.append(_lambda_def(name, node, self.names))
+        return ast.copy_location(ast.Name(id=name, ctx=ast.Load()), node)
+
+
+def _lambda_def(name, node, names):
+    """`def name(<the lambda's parameters>): return <its body>` (lambdas inside it made defs in its body)."""
+    body = _lambdas_as_defs([ast.copy_location(ast.Return(value=node.body), node)], names)
+    return ast.copy_location(ast.FunctionDef(name=name, args=node.args, body=body, decorator_list=[], returns=None,
+                                             type_comment=None, type_params=[]), node)
 
 
 _REFUSED = {
     ast.Try: ("try/except", "move error handling outside the compiled function"),
     ast.With: ("`with` statement (a context manager)", "enter the context outside the compiled function and "
                "call the compiled function inside it"),
-    ast.Lambda: ("lambda", "define a named helper function with `def` at module level"),
     ast.GeneratorExp: ("generator expression", "write an explicit `for` loop over range(...)"),
     ast.SetComp: ("set comprehension", "write an explicit loop filling a NumPy array"),
     ast.DictComp: ("dict comprehension", "write an explicit loop filling a NumPy array"),
@@ -135,14 +195,18 @@ def fence(info):
 
 def _fenced_nodes(stmt):
     """The nodes of `stmt` the fence looks at: all of them but the exception and message of a
-    `raise` / `assert`, which lowering checks (a formatted message is refused there, with its own hint)."""
+    `raise` / `assert`, which lowering checks (a formatted message is refused there, with its own hint),
+    and the `*` of a call's argument or a tuple's item (lowering spreads a tuple there)."""
     todo = [stmt]
     while todo:
         node = todo.pop()
         yield node
         if isinstance(node, ast.Raise):
             continue
-        todo.extend(n for n in ast.iter_child_nodes(node) if not (isinstance(node, ast.Assert) and n is node.msg))
+        spread = node.args if isinstance(node, ast.Call) else \
+            node.elts if isinstance(node, ast.Tuple) and isinstance(node.ctx, ast.Load) else ()
+        todo.extend(n.value if isinstance(n, ast.Starred) and n in spread else n for n in ast.iter_child_nodes(node)
+                    if not (isinstance(node, ast.Assert) and n is node.msg))
 
 
 def loop_kind(info, func):
