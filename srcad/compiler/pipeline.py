@@ -2,7 +2,8 @@
 
     source --lower--> primal IR --webs, coalesce, bounds--> (cache key) --types--> typed primal
       --inplace, aliasing, activity, optional--> facts --reverse--> forward, adjoint
-      --cleanup, accumulate--> (kept: `Program.ir`) --lower_stacks, zero_guards, share--> the target's IR
+      --cleanup, accumulate--> (kept: `Program.ir`) --lower_stacks, zero_guards, first_writes, share-->
+      the target's IR
 
 Every pass takes the `Program` (the IR functions made so far) and returns it.
 The target (a `Backend`, found by name) types the primal, decides where saved
@@ -35,6 +36,7 @@ from .ir.printer import function_text
 from .ir import Store
 from .ir.visit import clone, walk
 from .opt.accumulate import sum_invariant_accumulations
+from .opt.first_writes import write_first_accumulations
 from .opt.shared import compute_repeats_once
 from .opt.zero_guards import version_guarded_stretches
 from .opt.cleanup import (coalesce_copies, drop_restores_of_unchanged, drop_round_trips, drop_unread_saved,
@@ -141,6 +143,12 @@ def _zero_guards(program):
     return program
 
 
+def _first_writes(program):
+    """On the code compiled only: the IR kept (`Program.ir`), differentiated again, keeps its accumulations."""
+    write_first_accumulations(program.adjoint, program.backend.policy.products_in_place)
+    return program
+
+
 def _share(program):
     for fn in (program.forward, program.adjoint):
         compute_repeats_once(fn)
@@ -180,6 +188,7 @@ PASSES = [
     Pass("accumulate", _accumulate, ("adjoint",), (Reverse, Aliasing)),
     Pass("lower_stacks", _lower_stacks, ("forward", "adjoint"), (Reverse,)),
     Pass("zero_guards", _zero_guards, ("adjoint",), (Reverse,)),
+    Pass("first_writes", _first_writes, ("adjoint",), (Reverse,)),
     Pass("share", _share, ("forward", "adjoint"), (Reverse,)),
 ]
 PASS_NAMES = [p.name for p in PASSES]

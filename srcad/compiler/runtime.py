@@ -7,17 +7,18 @@ each would be one more LLVM module to build per signature on a cold compile.
 """
 import hashlib
 
+import llvmlite.binding as llvm
 import numba
 import numpy as np
 from numba.core import types as nt
-from numba.extending import overload
+from numba.extending import get_cython_function_address, overload
 from numba.np.unsafe.ndarray import to_fixed_tuple
 from numba.np.ufunc.parallel import _iget_num_threads
 
 # What generated code imports from here, by these names (user names that collide are renamed).
 EXPORTS = ("add_at", "check_index", "check_loop_index", "cotangent_times", "det_sign", "diag_like", "eigenvectors", "left_singular_vectors", "fail", "finite_or_zero",
            "frozen_array", "grow", "last_written", "least_squares", "least_squares_rank", "least_squares_residuals",
-           "least_squares_singular_values", "log_or_zero", "median_slopes", "power_slope", "prod_slopes",
+           "least_squares_singular_values", "log_or_zero", "matmul_into", "median_slopes", "power_slope", "prod_slopes",
            "prod_slopes_times", "qr_q", "qr_r", "real_eigenvalues", "right_eigenvectors",
            "list_index", "list_room", "log_abs_det", "max_along", "min_along", "reciprocal_or_zero", "right_singular_vectors", "rule_block", "rule_cotangents", "rule_curvature", "rule_midpoint", "rule_slope",
            "rule_step", "rule_vjp",
@@ -30,6 +31,44 @@ _helper = numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def _overload(fn):
     """`numba.extending.overload` with the options of `_helper`."""
     return overload(fn, jit_options={"no_cpython_wrapper": True, "no_cfunc_wrapper": True})
+
+
+# BLAS's dgemm (SciPy's), called by a symbol's name so that code calling it can be cached on disk.
+llvm.add_symbol("srcad_dgemm", get_cython_function_address("scipy.linalg.cython_blas", "dgemm"))
+_dgemm = nt.ExternalFunction("srcad_dgemm", nt.void(*[nt.voidptr] * 13))
+
+
+@_helper
+def matmul_into(out, a, b, beta):
+    """out = a @ b + beta * out, in out's memory (C-contiguous float64 matrices; `a`, `b` in either
+    order, copied otherwise): one GEMM, no temporary, where the adjoint writes or adds a matrix product."""
+    m, k = a.shape
+    n = b.shape[1]
+    if m == 0 or n == 0:
+        return
+    if k == 0:
+        out *= beta
+        return
+    # out (m x n, rows) read by BLAS as its transpose (n x m, columns): out.T = b.T @ a.T
+    b, tb, ldb = _as_blas_operand(b, n, k)
+    a, ta, lda = _as_blas_operand(a, k, m)
+    chars = np.array([tb, ta], np.uint8)
+    ints = np.array([n, m, k, ldb, lda, n], np.int32)
+    scalars = np.array([1.0, beta])
+    _dgemm(chars[0:].ctypes, chars[1:].ctypes, ints[0:].ctypes, ints[1:].ctypes, ints[2:].ctypes,
+           scalars[0:].ctypes, b.ctypes, ints[3:].ctypes, a.ctypes, ints[4:].ctypes,
+           scalars[1:].ctypes, out.ctypes, ints[5:].ctypes)
+
+
+@_helper
+def _as_blas_operand(x, cols, rows):
+    """`x` (rows x cols in NumPy's terms, transposed for BLAS), BLAS's transpose flag and leading dimension."""
+    s0, s1 = x.strides[0] // 8, x.strides[1] // 8
+    if x.strides[1] == 8 and s0 >= max(cols, 1):
+        return x, ord("N"), s0
+    if x.strides[0] == 8 and s1 >= max(rows, 1):
+        return x, ord("T"), s1
+    return np.ascontiguousarray(x), ord("N"), max(cols, 1)
 
 
 @_helper

@@ -45,10 +45,13 @@ class Policy:
     call (`Stack.size`, from `save_sizes`), and values saved where no count exists are refused.
     `shared_sums`: how the adjoint of a parallel loop adds what several iterations add into one place:
     "partials" (a partial sum per thread, summed after the loop) or "atomic" (the target prints such
-    an accumulation as an atomic add: a GPU's threads outnumber any partial sums)."""
+    an accumulation as an atomic add: a GPU's threads outnumber any partial sums). `products_in_place`:
+    code outside parallel loops may write or add a matrix product straight into an adjoint's matrix
+    (`runtime.matmul_into`, one BLAS call; a GPU target's host code runs NumPy instead)."""
     name: str = "cpu"
     growable: bool = True
     shared_sums: str = "partials"
+    products_in_place: bool = True
 
 
 CPU = Policy("cpu", growable=True)

@@ -47,28 +47,29 @@ def _changes(s):
     return _kill(s)
 
 
-def live_in(stmts, live_out, marks=None, gen=statement_reads):
+def live_in(stmts, live_out, marks=None, gen=statement_reads, kill=_kill):
     """Names `stmts` read before binding them, given the names live after them. With `marks` (a dict),
     record for each statement the names live just after it. `gen(s)`: the names `s` itself reads (None:
-    take `s` as absent), for the liveness of code to be made from `stmts`."""
+    take `s` as absent), for the liveness of code to be made from `stmts`; `kill(s)`: those whose value
+    it replaces whole."""
     live = set(live_out)
     for s in reversed(stmts):
-        live = _live_before(s, live, marks, gen)
+        live = _live_before(s, live, marks, gen, kill)
     return live
 
 
-def _live_before(s, live, marks, gen):
+def _live_before(s, live, marks, gen, kill):
     if marks is not None:
         marks[id(s)] = frozenset(live)
     reads_here = gen(s)
     if reads_here is None:
         return live
     if isinstance(s, If):
-        return live_in(s.body, live, marks, gen) | live_in(s.orelse, live, marks, gen) | reads_here
+        return live_in(s.body, live, marks, gen, kill) | live_in(s.orelse, live, marks, gen, kill) | reads_here
     if isinstance(s, For):
         head = set(live)
         while True:
-            new = set(live) | (live_in(s.body, head, marks, gen) - {s.var})
+            new = set(live) | (live_in(s.body, head, marks, gen, kill) - {s.var})
             if new <= head:
                 break
             head |= new
@@ -76,12 +77,12 @@ def _live_before(s, live, marks, gen):
     if isinstance(s, While):
         head = set(live) | {s.cond} | (names_in(s.bound) if s.bound is not None else set())
         while True:
-            new = head | live_in(s.body, head, marks, gen)
+            new = head | live_in(s.body, head, marks, gen, kill)
             if new <= head:
                 break
             head = new
         return head
-    return (live - _kill(s)) | reads_here
+    return (live - kill(s)) | reads_here
 
 
 # ---- dead code ----------------------------------------------------------------------------------
@@ -236,33 +237,56 @@ def first_accumulations(fn):
     loops to a fixed point), so an adjoint zeroed at the end of each iteration is written, not added
     to, at the top of the next; the zeroing and the initial zero then go as dead code."""
     scalars = {n for n, t in fn.types.items() if not hasattr(t, "ndim")}
-    _zeros_through(fn.body, frozenset(), scalars, rewrite=True)
+    zeros_through(fn.body, frozenset(), _ScalarZeros(scalars), rewrite=True)
     return fn
 
 
-def _zeros_through(stmts, zero, scalars, rewrite):
-    """The names known to be zero after `stmts`, given those before; with `rewrite`, rewrite in place."""
+class _ScalarZeros:
+    """What `zeros_through` needs to know of scalars: `d = 0.0` zeroes `d`, `d += e` first becomes `d = e`."""
+
+    def __init__(self, scalars):
+        self.scalars = scalars
+
+    def written(self, s, zero):
+        if isinstance(s, Accumulate) and isinstance(s.target, Name) and s.target.id in zero and not s.reduce \
+                and s.target.id not in names_in(s.value):
+            return Assign(s.target.id, s.value, s.origin)
+        return None
+
+    def changed(self, s):
+        return _kill(s) | (names_in(s.target) if isinstance(s, Accumulate) else set())
+
+    def made_zero(self, s):
+        if isinstance(s, Assign) and s.target in self.scalars and s.value in (Const(0.0), Const(0)) \
+                and s.value.value is not False:
+            return s.target
+        return None
+
+
+def zeros_through(stmts, zero, rules, rewrite):
+    """The names known to be zero after `stmts`, given those before (`rules` says which statements
+    zero a name, change it, and how a first accumulation is written); with `rewrite`, rewrite in place."""
     for k, s in enumerate(stmts):
         if isinstance(s, If):
-            zero = _zeros_through(s.body, zero, scalars, rewrite) & _zeros_through(s.orelse, zero, scalars, rewrite)
+            zero = zeros_through(s.body, zero, rules, rewrite) & zeros_through(s.orelse, zero, rules, rewrite)
         elif isinstance(s, (For, While)):
             head = zero
             while True:
-                after = _zeros_through(s.body, head, scalars, False)
+                after = zeros_through(s.body, head, rules, False)
                 new = head & after
                 if new == head:
                     break
                 head = new
-            _zeros_through(s.body, head, scalars, rewrite)
+            zeros_through(s.body, head, rules, rewrite)
             zero = head - ({s.var} if isinstance(s, For) else set())
         else:
-            if rewrite and isinstance(s, Accumulate) and isinstance(s.target, Name) and s.target.id in zero \
-                    and not s.reduce and s.target.id not in names_in(s.value):
-                stmts[k] = s = Assign(s.target.id, s.value, s.origin)
-            zero = zero - _kill(s) - (names_in(s.target) if isinstance(s, Accumulate) else set())
-            if isinstance(s, Assign) and s.target in scalars and s.value in (Const(0.0), Const(0)) \
-                    and s.value.value is not False:
-                zero = zero | {s.target}
+            written = rules.written(s, zero) if rewrite else None
+            if written is not None:
+                stmts[k] = s = written
+            zero = zero - rules.changed(s)
+            made = rules.made_zero(s)
+            if made is not None:
+                zero = zero | {made}
     return zero
 
 

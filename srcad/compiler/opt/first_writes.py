@@ -1,0 +1,151 @@
+"""An adjoint array's first accumulation writes it; zeros nobody reads are not written.
+
+The adjoint of an array value is zero-filled where it is made and zeroed again
+after each use, and each contribution is added into it. In a loop over
+components of a vectorised model that is a pass over memory per zeroing and
+an extra read per addition, for every n-by-d temporary:
+
+    d_qx += 2.0 * cotangent_times(d_t5, qx)       # d_qx is zero here
+    d_t3 += d_qx @ np.transpose(Lt)               # and d_t3 too
+    d_qx[:, :] = 0.0
+
+Where an array is known to be zero along every path (the must-analysis of
+`cleanup.zeros_through`, loops to a fixed point), its accumulation becomes a
+write of the whole array, `d_qx[:, :] = e` (broadcast as `+=` broadcasts, into
+the same memory); then a zeroing whose zeros are overwritten before anything
+reads them goes, and an allocation whose zeros nobody reads is made with
+`np.empty_like`. Only arrays of the adjoint's own (no other name shares their
+memory) are touched, and only in the code compiled: the IR differentiated
+again keeps its accumulations. A matrix product so written or added is one
+GEMM into the adjoint's memory (`runtime.matmul_into`), where the target's
+policy allows it: no temporary, no second pass to add it.
+"""
+from numba.core import types as nt
+
+from ..ir import Accumulate, Assign, BinOp, Call, Const, Effect, For, Name, Pop, Slice, Store
+from ..ir.facts import Reverse
+from ..ir.visit import all_blocks, blocks, names_in
+from .cleanup import live_in, statement_reads, zeros_through
+
+_ZEROS = {"np.zeros_like": "np.empty_like", "np.zeros": "np.empty"}
+
+
+def write_first_accumulations(fn, products_in_place=True):
+    """Rewrite, in place, the adjoint `fn` (see the module); with `products_in_place` (the target's
+    policy), matrix products written or added into its matrices outside parallel loops are one GEMM
+    into their memory. Returns `fn`."""
+    arrays = {n for n in fn.facts.of(Reverse).adjoints if getattr(fn.types.get(n), "ndim", 0) >= 1}
+    if not arrays:
+        return fn
+    zeros_through(fn.body, frozenset(), _ArrayZeros(fn, arrays), rewrite=True)
+    _drop_unread_zeros(fn, arrays)
+    if products_in_place:
+        _products_in_place(fn, fn.body, arrays)
+    return fn
+
+
+def _products_in_place(fn, stmts, arrays):
+    """`d[:, :] = a @ b` and `d += a @ b`, float64 matrices, as `matmul_into(d, a, b, 0.0 / 1.0)`."""
+    for k, s in enumerate(stmts):
+        if isinstance(s, For) and s.parallel:
+            continue
+        for block in blocks(s):
+            _products_in_place(fn, block, arrays)
+        if isinstance(s, Store) and s.index == _whole(fn, s.array):
+            target, beta = s.array, 0.0
+        elif isinstance(s, Accumulate) and not s.reduce and isinstance(s.target, Name):
+            target, beta = s.target.id, 1.0
+        else:
+            continue
+        ty, value = fn.types.get(target), s.value
+        if target in arrays and _is_matrix(ty) and ty.layout == "C" and isinstance(value, BinOp) \
+                and value.op == "@" and all(_is_matrix(_type_of(fn, x)) for x in (value.left, value.right)) \
+                and target not in names_in(value):
+            stmts[k] = Effect(Call("srcad.matmul_into", (Name(target), value.left, value.right, Const(beta))),
+                              s.origin)
+
+
+def _is_matrix(ty):
+    return isinstance(ty, nt.Array) and ty.ndim == 2 and ty.dtype == nt.float64
+
+
+def _type_of(fn, e):
+    """The type of a matrix operand: a name, or its transpose."""
+    if isinstance(e, Name):
+        return fn.types.get(e.id)
+    if isinstance(e, Call) and e.fn == "np.transpose" and len(e.args) == 1 and not e.keywords:
+        return _type_of(fn, e.args[0])
+    return None
+
+
+def _whole(fn, name):
+    return (Slice(),) * fn.types[name].ndim
+
+
+class _ArrayZeros:
+    """What `zeros_through` needs to know of the adjoint's arrays."""
+
+    def __init__(self, fn, arrays):
+        self.fn, self.arrays = fn, arrays
+
+    def written(self, s, zero):
+        if isinstance(s, Accumulate) and not s.reduce and getattr(s.target, "id", None) in zero \
+                and s.target.id not in names_in(s.value):
+            return Store(s.target.id, _whole(self.fn, s.target.id), s.value, s.origin)
+        return None
+
+    def changed(self, s):
+        """The arrays whose memory `s` may change: those it binds, writes or adds into, and those it makes
+        another name for (a view) or hands to a call made for its effect."""
+        if isinstance(s, Assign):
+            changed = {s.target}
+            if getattr(self.fn.types.get(s.target), "ndim", 0):
+                changed |= names_in(s.value)
+            return changed & self.arrays
+        if isinstance(s, Store):
+            return {s.array} & self.arrays
+        if isinstance(s, (Accumulate, Pop)):
+            return names_in(s.target) & self.arrays
+        if isinstance(s, Effect):
+            return names_in(s.call) & self.arrays
+        return set()
+
+    def made_zero(self, s):
+        if isinstance(s, Assign) and s.target in self.arrays and isinstance(s.value, Call) and s.value.fn in _ZEROS:
+            return s.target
+        if isinstance(s, Store) and s.array in self.arrays and all(i == Slice() for i in s.index) \
+                and len(s.index) == self.fn.types[s.array].ndim and s.value in (Const(0.0), Const(0)):
+            return s.array
+        return None
+
+
+def _drop_unread_zeros(fn, arrays):
+    """Zeroings of `arrays` whose zeros are overwritten whole before anything reads them go; their
+    first allocation is made empty where its zeros are unread the same way."""
+    whole = {n: _whole(fn, n) for n in arrays}
+
+    def overwritten(s):
+        if isinstance(s, Store) and s.array in arrays and s.index == whole[s.array] \
+                and s.array not in names_in(s.value):
+            return s.array
+        return None
+
+    def gen(s):
+        return (statement_reads(s) - {overwritten(s)}) & arrays
+
+    def kill(s):
+        return ({s.target} if isinstance(s, Assign) else {overwritten(s)}) & arrays
+
+    outputs = set().union(*(names_in(o) for o in fn.outputs))
+    marks = {}
+    live_in(fn.body, outputs, marks, gen, kill)
+    for block in all_blocks(fn.body):
+        kept = []
+        for s in block:
+            zeroes = _ArrayZeros(fn, arrays).made_zero(s)
+            if zeroes is not None and zeroes not in marks.get(id(s), {zeroes}):
+                if isinstance(s, Store):
+                    continue
+                s.value = Call(_ZEROS[s.value.fn], s.value.args, s.value.keywords)
+            kept.append(s)
+        block[:] = kept
