@@ -17,7 +17,7 @@ from .backends.base import get as get_backend
 from .compiled import COMPILE_LOCK, Checked, Transformed, primal_of
 from .front.flatten import flatten
 from .ir.facts import Aliasing, Bounds, OptionalValues, Reverse
-from .pipeline import Program, check_arguments, copy_function, finish, front
+from .pipeline import ListOfArrays, Program, check_arguments, copy_function, finish, front
 
 _META_KEYS = ("sources", "returns_tuple", "n_outputs", "written_params", "workspace", "slots", "sites",
               "once_per_forward", "optional_outputs", "module_sha256")
@@ -34,8 +34,8 @@ def transform(pyfunc, arg_types, active, boundscheck=True, target="cpu"):
     entry; a cache directory that fails a write is given up for a private one (`cache.cache_dir`)."""
     get_backend(target)                 # an unknown target is refused before anything is parsed
 
-    def made():
-        program = front(pyfunc, arg_types, active, bool(boundscheck), target)
+    def made(list_rows=None):
+        program = front(pyfunc, arg_types, active, bool(boundscheck), target, list_rows)
         return program, program.primal
     return _in_cache_dir(lambda root: _entry(made, root))
 
@@ -48,7 +48,7 @@ def transform_function(fn, arg_types, active, target="cpu"):
     IR, so the printed IR in the key covers them. Returns a `Transformed`."""
     backend = get_backend(target)
 
-    def made():
+    def made(list_rows=None):
         flat = flatten(copy_function(fn))
         program = Program(flat, arg_types=tuple(arg_types), active=tuple(bool(a) for a in active), backend=backend)
         check_arguments(flat, program.arg_types, program.active)
@@ -70,20 +70,26 @@ def _in_cache_dir(job):
             return job(cache.cache_dir())
 
 
-def _entry(made, root):
-    """The cache entry of what `made()` makes ((Program before typing, the primal function as the target
-    prints it)): loaded if it is on disk, else generated, compiled and written."""
-    program, printed = made()
+def _entry(made, root, list_rows=None):
+    """The cache entry of what `made(list_rows)` makes ((Program before typing, the primal function as the
+    target prints it)): loaded if it is on disk, else generated, compiled and written. Where typing finds
+    a list of arrays (`ListOfArrays`), the function is made again, keeping it as rows of an array."""
+    program, printed = made(list_rows)
     backend, name = program.backend, printed.name
     source, _ = backend.module_source([printed], f"{name}_primal")
     base = f"{name}_{cache.cache_key(source, program.arg_types, program.active, backend.key())}"
     with cache.entry_lock(root, base):
         primal = primal_of(printed, program.arg_types, root, backend)
-        loaded = _load_entry(program, primal, root, base, lambda: finish(made()[0], primal).ir)
+        loaded = _load_entry(program, primal, root, base, lambda: finish(made(list_rows)[0], primal).ir)
         if loaded is not None:
             return loaded
-        program = finish(program, primal, compile_it=not any(program.active))
-        return _compile(program, primal, root, base)
+        try:
+            program = finish(program, primal, compile_it=not any(program.active))
+        except ListOfArrays as found:
+            list_rows = found.rows
+        else:
+            return _compile(program, primal, root, base)
+    return _entry(made, root, list_rows)
 
 
 def _load_entry(program, primal, root, base, regenerate):

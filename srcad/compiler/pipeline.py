@@ -22,7 +22,7 @@ from .analysis.activity import analyse_activity
 from .analysis.aliasing import analyse_aliasing
 from .analysis.inplace import resolve_inplace
 from .analysis.optional import flag_optional_values
-from .analysis.types import assign_types, is_float, list_storages
+from .analysis.types import assign_types, is_float, list_storages, unify
 from .analysis.webs import split_webs
 from .backends import cache
 from .backends.base import get as get_backend
@@ -33,8 +33,8 @@ from .front.lower import lower
 from .front.parse import load
 from .ir.facts import Activity, Aliasing, Bounds, Lowered, OptionalValues, Reverse
 from .ir.printer import function_text
-from .ir import Store
-from .ir.visit import clone, walk
+from .ir import Assign, Name, Store
+from .ir.visit import blocks, clone, walk
 from .opt.accumulate import sum_invariant_accumulations
 from .opt.first_writes import write_first_accumulations
 from .opt.shared import compute_repeats_once
@@ -55,6 +55,7 @@ class Program:
     backend: object = None               # the target's `Backend`
     typed: object = None                 # the target's typing of the primal (set before `types`)
     ir: IR = None                        # primal, forward and adjoint before `lower_stacks`
+    list_rows: dict = None               # lists of arrays found so far (`ListOfArrays`) -> items' (rank, dtype)
 
     def functions(self):
         return [f for f in (self.primal, self.forward, self.adjoint) if f is not None]
@@ -197,8 +198,9 @@ FRONT = PASS_NAMES[:PASS_NAMES.index("types")]    # enough for the cache key: th
 
 # ---- the pass manager -----------------------------------------------------------------------------
 
-def front(pyfunc, arg_types, active, boundscheck=True, target="cpu"):
-    """The Program of `pyfunc` after the front passes (nothing of the target's runs but printing)."""
+def front(pyfunc, arg_types, active, boundscheck=True, target="cpu", list_rows=None):
+    """The Program of `pyfunc` after the front passes (nothing of the target's runs but printing);
+    `list_rows`: its lists of arrays (`ListOfArrays`), once typing has found them."""
     info = load(pyfunc)
     nones = {a.arg for a, t in zip(info.tree.args.args, arg_types) if t == nb_types.none}
     options = {a.arg: t.literal_value for a, t in zip(info.tree.args.args, arg_types)
@@ -210,35 +212,88 @@ def front(pyfunc, arg_types, active, boundscheck=True, target="cpu"):
     integers = {p for p, t in zip(params, arg_types) if isinstance(t, nb_types.Integer)}
     integer_arrays = {p for p, t in zip(params, arg_types)
                       if isinstance(t, nb_types.Array) and isinstance(t.dtype, nb_types.Integer)}
-    program = Program(lower(info, nones, options, any(active), integers, integer_arrays),
+    program = Program(lower(info, nones, options, any(active), integers, integer_arrays, list_rows),
                       arg_types=tuple(arg_types), active=tuple(bool(a) for a in active),
-                      boundscheck=boundscheck, backend=get_backend(target))
+                      boundscheck=boundscheck, backend=get_backend(target), list_rows=dict(list_rows or {}))
     check_arguments(program.primal, program.arg_types, program.active)
     return run_passes(program, FRONT)
 
 
 def finish(program, primal, until=None, compile_it=False):
     """Type `program`'s primal with its compiled form `primal` (a `compiled.LazyPrimal`), then run the
-    passes from `types` on (to `until`). `compile_it`: the primal is about to run anyway."""
+    passes from `types` on (to `until`). `compile_it`: the primal is about to run anyway. Raises
+    `ListOfArrays` where a list grown by append turns out to hold arrays: the caller lowers again."""
     backend = program.backend
     try:
         program.typed = backend.types(primal.dispatcher, program.arg_types, compile_it)
     except backend.errors + (NameError,) as exc:
-        raise _list_of_arrays(program.primal, numba_origin(exc, primal.path, primal.origins)) or \
-            from_numba(exc, primal.path, primal.origins, program.primal.name) from None
+        origin = numba_origin(exc, primal.path, primal.origins)
+        appended = _appended_at(program.primal, origin)
+        if appended is None:
+            raise from_numba(exc, primal.path, primal.origins, program.primal.name) from None
+        raise _list_of_arrays(program, appended) from None
     return run_passes(program, PASS_NAMES[len(FRONT):], until)
 
 
-def _list_of_arrays(fn, origin):
-    """The refusal of a list grown by append where the item appended on the line `origin` does not type as
-    a number (an array), or None: srcad keeps such a list as an array of numbers."""
+class ListOfArrays(Exception):
+    """Typing found that a list grown by append holds arrays: lower the function again with `rows`
+    (every list of arrays found so far -> its items' (rank, dtype)), keeping it as the rows of one array."""
+
+    def __init__(self, rows):
+        super().__init__(f"lists of arrays: {rows}")
+        self.rows = rows
+
+
+def _appended_at(fn, origin):
+    """The store of an item into a list's storage on the line `origin` (where typing failed), or None."""
     lists = list_storages(fn)
-    for s in walk(fn.body):
-        if isinstance(s, Store) and s.origin == origin and origin is not None and s.array in lists:
-            return refuse(origin, f"a list of arrays (or of other items than numbers), `{fn.names.user(lists[s.array])}`",
-                          "srcad keeps a list grown by append as an array of numbers: allocate the 2-d array, "
-                          "np.empty((n, m)), and fill its rows, or append numbers")
-    return None
+    return next((s for s in walk(fn.body) if isinstance(s, Store) and origin is not None and s.origin == origin
+                 and s.array in lists), None)
+
+
+def _list_of_arrays(program, store):
+    """`ListOfArrays` for the list `store` appends to where its item types as an array of numbers (typed
+    by the function cut right after that item is computed), else its refusal."""
+    fn = program.primal
+    name = list_storages(fn)[store.array]
+    item = _item_type(program, store)
+    if isinstance(item, nb_types.Array) and isinstance(item.dtype, (nb_types.Float, nb_types.Integer)) and \
+            name not in program.list_rows:
+        return ListOfArrays({**program.list_rows, name: (item.ndim, f"np.{item.dtype}")})
+    return refuse(store.origin, f"a list of {item or 'other items than numbers'}, `{fn.names.user(name)}`",
+                  "srcad keeps a list grown by append as an array of numbers, or of arrays of one shape: append "
+                  "numbers or arrays, or allocate the array and fill it")
+
+
+def _item_type(program, store):
+    """The type of the item `store` puts into a list: the primal cut right after that item is computed
+    (it returns the item), typed by the target; None where that fails."""
+    fn = copy_function(program.primal)
+    item = fn.names.fresh("appended")
+    fn.body, _ = _cut_at(fn.body, store.uid, item, store.value)
+    fn.outputs, fn.returns_tuple = [Name(item)], False
+    try:
+        typed = program.backend.types(primal_of(fn, program.arg_types, cache.cache_dir(), program.backend).dispatcher,
+                                      program.arg_types, False)
+    except program.backend.errors + (NameError,):
+        return None
+    return unify(typed.typemap).get(item)
+
+
+def _cut_at(stmts, uid, item, value):
+    """`stmts` up to the statement `uid`, which becomes `item = value` (the blocks around it cut there
+    too); and whether it was found."""
+    out = []
+    for s in stmts:
+        if s.uid == uid:
+            return out + [Assign(item, value, s.origin)], True
+        for block in blocks(s):
+            cut, found = _cut_at(block, uid, item, value)
+            if found:
+                block[:] = cut
+                return out + [s], True
+        out.append(s)
+    return out, False
 
 
 def run_passes(program, names, until=None):
@@ -256,10 +311,16 @@ def run(pyfunc, arg_types, active, until=None, boundscheck=True, target="cpu"):
     """The Program after pass `until` (default: all of them), for inspection: `dump(run(...))`."""
     if until is not None and until not in PASS_NAMES:
         raise ValueError(f"no pass named {until!r}; the passes are {', '.join(PASS_NAMES)}")
-    program = front(pyfunc, arg_types, active, boundscheck, target)
-    if until in FRONT:
-        return program
-    return finish(program, primal_of(program.primal, program.arg_types, cache.cache_dir(), program.backend), until)
+    list_rows = None
+    while True:
+        program = front(pyfunc, arg_types, active, boundscheck, target, list_rows)
+        if until in FRONT:
+            return program
+        try:
+            return finish(program, primal_of(program.primal, program.arg_types, cache.cache_dir(), program.backend),
+                          until)
+        except ListOfArrays as found:
+            list_rows = found.rows
 
 
 def dump(program):

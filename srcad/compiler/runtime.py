@@ -20,7 +20,7 @@ EXPORTS = ("add_at", "check_index", "check_loop_index", "cotangent_times", "det_
            "frozen_array", "grow", "last_written", "least_squares", "least_squares_rank", "least_squares_residuals",
            "least_squares_singular_values", "log_or_zero", "matmul_into", "median_slopes", "power_slope", "prod_slopes",
            "prod_slopes_times", "qr_q", "qr_r", "real_eigenvalues", "right_eigenvectors",
-           "list_index", "list_room", "log_abs_det", "max_along", "min_along", "reciprocal_or_zero", "right_singular_vectors", "rule_block", "rule_cotangents", "rule_curvature", "rule_midpoint", "rule_slope",
+           "list_index", "list_room", "list_rows_back", "list_rows_pad", "list_rows_room", "log_abs_det", "max_along", "min_along", "reciprocal_or_zero", "right_singular_vectors", "rule_block", "rule_cotangents", "rule_curvature", "rule_midpoint", "rule_slope",
            "rule_step", "rule_vjp",
            "shape_differs", "singular_values", "stop_gradient", "store_row", "sum_into", "thread_buffer", "thread_count", "tile", "tile_like", "trip_count",
            "undiff", "unsort", "untile")
@@ -639,6 +639,40 @@ def list_room(items, length):
     grown = np.empty(2 * items.shape[0], items.dtype)
     grown[:length] = items[:length]
     return grown
+
+
+@_helper
+def list_rows_room(items, length, item):
+    """`items`, or a bigger copy, so that row `length` exists and has `item`'s shape: the storage of a list of
+    arrays grown by append, one row per item (as np.array stacks them: items of one shape)."""
+    if length > 0 and items.shape[1:] != item.shape:
+        raise ValueError("a list of arrays grown by append holds arrays of one shape (srcad keeps them as the "
+                         "rows of one array): this item's shape differs from the first's")
+    if length < items.shape[0] and items.shape[1:] == item.shape:
+        return items
+    grown = np.empty((max(16, 2 * items.shape[0]),) + item.shape, items.dtype)
+    if length > 0:
+        grown[:length] = items[:length]
+    return grown
+
+
+@_helper
+def list_rows_back(g, items):
+    """The cotangent of the storage `items` from that of the storage it grew into, `g` (the rows it had;
+    none where it had no row yet, and rows of another shape)."""
+    if g.shape[1:] != items.shape[1:]:
+        return np.zeros_like(items)
+    return np.ascontiguousarray(g[:items.shape[0]])
+
+
+@_helper
+def list_rows_pad(h, like):
+    """`list_rows_back`'s transpose: an array of `like`'s shape, zero but for its first rows, `h` (where the
+    rows have one shape)."""
+    out = np.zeros_like(like)
+    if h.shape[1:] == like.shape[1:]:
+        out[:h.shape[0]] = h
+    return out
 
 
 @_helper

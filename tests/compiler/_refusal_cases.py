@@ -32,11 +32,6 @@ def uses_with(x):
     return y
 
 
-def uses_lambda(x):
-    f = lambda u: u * 2.0  # noqa: E731
-    return f(x)
-
-
 def uses_generator(x):
     return sum(x[i] for i in range(3))
 
@@ -106,13 +101,6 @@ def for_over_reversed(x):
     return s
 
 
-def for_over_tuple_of_values(x):
-    s = 0.0
-    for v in (x, 2.0 * x):
-        s = s + v
-    return s
-
-
 def bare_raise(x):
     if x < 0.0:
         raise
@@ -129,12 +117,6 @@ def raise_not_a_class(x):
     if x < 0.0:
         raise x
     return x
-
-
-def in_array(x):
-    if 1.0 in x:
-        return 0.0
-    return np.sum(x)
 
 
 def empty_list(x):
@@ -283,11 +265,12 @@ def failing_helper_in_a_test(x):
     return 0.0
 
 
-def appends_arrays(x):
+def appends_masks(x):
+    """A list of boolean arrays: lists hold numbers, or arrays of numbers."""
     acc = []
     for i in range(3):
-        acc.append(x * i)
-    return np.sum(np.array(acc))
+        acc.append(x > i)
+    return np.sum(x[acc[1]])
 
 
 def kept_under_flag(x, keep):

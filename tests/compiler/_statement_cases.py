@@ -527,3 +527,40 @@ def constant_fstring(x):
     if x < 0.0:
         raise ValueError(f"x must be non-negative")
     return np.sqrt(x)
+
+
+# ---- lists of arrays grown by append ------------------------------------------------------------------
+
+def trajectory_energy(y0, k, dt, n):
+    """An integrator's states kept by appending them (past the list's first storage), read back by index,
+    from the end, in a loop, and with len."""
+    states = []
+    y = y0.copy()
+    for i in range(n):
+        y = y + dt * np.array([y[1], -k * y[0]])
+        states.append(y)
+    e = 0.0
+    for s in states:
+        e += 0.5 * (s[1] ** 2 + k * s[0] ** 2)
+    return e + np.sum(states[-1] * states[0]) / len(states)
+
+
+def stacked_blocks(a, w):
+    """Matrices appended and then stacked with np.array, as NumPy stacks a list of arrays (Numba does not
+    take np.array of a list of arrays), and a list of lists of numbers."""
+    blocks = []
+    pairs = []
+    for i in range(3):
+        blocks.append(a * w ** i)
+        pairs.append([w * i, a[0, 0] * i])
+    m = np.array(blocks)
+    p = np.array(pairs)
+    return np.sum(m[:, 0, :] ** 2) + np.sum(m[1] * m[2]) + np.sum(p ** 2)
+
+
+def ragged_rows(x):
+    """Arrays of two shapes in one list: refused when the second shape comes."""
+    acc = []
+    acc.append(x)
+    acc.append(x[1:])
+    return np.sum(acc[0])

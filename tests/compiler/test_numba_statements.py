@@ -77,14 +77,16 @@ CASES = [
     ("in_on_arrays_and_lists", S.memberships, (np.array([0.5, 3.0, 1.5, 2.0, 0.7]), 1.0), (0, 1)),
     ("star_on_tuples", S.spread_tuples, (0.7, 1.3), (0, 1)),
     ("constant_fstring", S.constant_fstring, (2.0,), (0,)),
+    ("list_of_arrays", S.trajectory_energy, (np.array([1.0, 0.2]), 2.0, 0.05, 20), (0, 1, 2)),
+    ("lists_of_arrays_stacked", S.stacked_blocks, (A, 0.7), (0, 1)),
 ]
 IDS = [c[0] for c in CASES]
 # np.cross has no derivative rule yet: `projected` is checked in the primal only
 NO_RULE = {"list_arguments"}
 # plain Python that Numba does not take: a function as a default value, a closure passed to a dispatcher,
-# a closure made inside a closure
+# a closure made inside a closure, np.array of a list of arrays
 NOT_NUMBA = {"function_as_default_value", "nested_function_passed_to_helper", "named_tuple_defaults",
-             "lambdas_passed_on"}
+             "lambdas_passed_on", "lists_of_arrays_stacked"}
 
 
 @pytest.mark.parametrize("name,fn,args,active", CASES, ids=IDS)
@@ -108,7 +110,7 @@ SECOND = ["raise_not_taken", "raise_in_loop_else", "assert_holds", "for_over_row
           "distance_function_to_dp_kernel", "nested_functions", "nested_function_passed_to_helper",
           "list_comprehensions", "list_comprehensions_of_any_length", "named_tuples", "list_grown_by_append",
           "list_past_its_first_storage", "list_of_indices", "lambdas", "lambdas_passed_on", "for_over_tuples", "in_on_arrays_and_lists",
-          "star_on_tuples"]
+          "star_on_tuples", "list_of_arrays", "lists_of_arrays_stacked"]
 
 
 @pytest.mark.parametrize("name", corpus.sweep(SECOND, every=3))
@@ -132,6 +134,11 @@ def test_a_list_changed_otherwise_than_by_append_is_refused():
     with pytest.raises(TransformError, match=r"a list changed with .pop\(...\).*grow a list of numbers made with "
                                              r"`acc = \[\]`"):
         ad.function(popped)(X)
+
+
+def test_a_list_of_arrays_of_two_shapes_raises_naming_it():
+    with pytest.raises(ValueError, match="a list of arrays grown by append holds arrays of one shape"):
+        ad.function(S.ragged_rows)(X)
 
 
 def test_keyword_only_parameters_of_a_helper():

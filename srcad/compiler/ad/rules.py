@@ -751,6 +751,15 @@ def _list_room_transpose(args, g, ranks, axis):
 ARRAY_RULES = {
     "np.sum": ArrayRule(_sum_tangent, (_sum_transpose,)),
     "srcad.list_room": ArrayRule(_list_room_tangent, (_list_room_transpose, None)),
+    "srcad.list_rows_room": ArrayRule(
+        lambda args, dargs, ranks, axis: None if dargs[0] is None else srcad.list_rows_room(dargs[0], *args[1:]),
+        (lambda args, g, ranks, axis: (srcad.list_rows_back(g, args[0]), "exact"), None, None)),
+    "srcad.list_rows_back": ArrayRule(
+        lambda args, dargs, ranks, axis: None if dargs[0] is None else srcad.list_rows_back(dargs[0], args[1]),
+        (lambda args, h, ranks, axis: (srcad.list_rows_pad(h, args[0]), "exact"), None)),
+    "srcad.list_rows_pad": ArrayRule(
+        lambda args, dargs, ranks, axis: None if dargs[0] is None else srcad.list_rows_pad(dargs[0], args[1]),
+        (lambda args, k, ranks, axis: (srcad.list_rows_back(k, args[0]), "exact"), None)),
     "np.mean": ArrayRule(_mean_tangent, (_mean_transpose,)),
     "np.dot": _MATMUL,
     "np.matmul": _MATMUL,

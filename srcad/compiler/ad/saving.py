@@ -347,7 +347,7 @@ def checkpoint_candidate(fn, loop, facts, active):
 
 
 _VIEWS = frozenset({"srcad.stop_gradient", "np.transpose", "np.asarray", "np.ravel", "np.reshape",
-                    "np.ascontiguousarray", ".astype", "srcad.list_room"})
+                    "np.ascontiguousarray", ".astype", "srcad.list_room", "srcad.list_rows_room"})
 
 
 def _made_afresh(fn, a, inner):

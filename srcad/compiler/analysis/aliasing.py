@@ -25,7 +25,7 @@ from .types import index_array
 
 # calls whose result may be (a view of) their first argument: `srcad.list_room` gives it back while it has room
 VIEW_CALLS = frozenset({"srcad.stop_gradient", "np.transpose", "np.asarray", "np.ravel", "np.reshape",
-                        "srcad.list_room"})
+                        "srcad.list_room", "srcad.list_rows_room"})
 
 
 def analyse_aliasing(fn, active_params):

@@ -236,7 +236,8 @@ def list_storages(fn):
     and the storage made again as it grows (named anew by the webs pass)."""
     lists = dict(fn.facts.of(Lowered).lists)
     for s in walk(fn.body):
-        if isinstance(s, Assign) and isinstance(s.value, Call) and s.value.fn == "srcad.list_room" and \
+        if isinstance(s, Assign) and isinstance(s.value, Call) and s.value.fn in ("srcad.list_room",
+                                                                                 "srcad.list_rows_room") and \
                 isinstance(s.value.args[0], Name) and s.value.args[0].id in lists:
             lists[s.target] = lists[s.value.args[0].id]
     return lists
@@ -248,7 +249,12 @@ def _check_list_items(fn):
     would read back converted)."""
     lists = list_storages(fn)
     for s in walk(fn.body):
-        if isinstance(s, Store) and s.array in lists:
+        if isinstance(s, Store) and s.array in lists and getattr(fn.types[s.array], "ndim", 1) > 1:
+            item = type_of(fn, s.value)
+            if not (isinstance(item, nt.Array) and item.ndim == fn.types[s.array].ndim - 1):
+                raise problem(s.origin, f"the list `{fn.names.user(lists[s.array])}` of arrays gets an item of "
+                                        f"type {item}", "append arrays of one rank and shape to a list of arrays")
+        elif isinstance(s, Store) and s.array in lists:
             kind = nt.Integer if isinstance(fn.types[s.array].dtype, nt.Integer) else nt.Float
             if not isinstance(type_of(fn, s.value), kind):
                 raise problem(s.origin, f"the list `{fn.names.user(lists[s.array])}` gets an item of type "

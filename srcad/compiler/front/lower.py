@@ -80,15 +80,19 @@ RESERVED = {"np", "math", "numba", "List", "types", "range", "len", "abs", "min"
     set(EXPORTS)
 
 
-def lower(top, nones=frozenset(), options=None, differentiated=False, integers=frozenset(), integer_arrays=frozenset()):
+def lower(top, nones=frozenset(), options=None, differentiated=False, integers=frozenset(), integer_arrays=frozenset(),
+          list_rows=None):
     """The IR Function of parsed function `top` (a FuncInfo), with everything it calls inlined. The
     parameters in `nones` are passed None: tests of them (`if w is None:`) are decided here, as for
     module constants, so the branch that would use them as values is dropped. `options` maps the
     parameters passed strings (`method="linear"`) or functions to them: constants of this compile, as
     in Numba. `differentiated`: the code will be differentiated, so functions with a custom rule
     (`f.defjvp`) are called through it, `top` too. `integers`, `integer_arrays`: the parameters passed
-    integers, and arrays of them (they tell a list of integers from one of floats)."""
+    integers, and arrays of them (they tell a list of integers from one of floats). `list_rows`: the lists
+    grown by append whose items are arrays (found when typing: `pipeline.ListOfArrays`) -> their items'
+    (rank, dtype); such a list is kept as the rows of one array."""
     ctx = _Context(top, differentiated)
+    ctx.list_rows = dict(list_rows or {})
     options = options or {}
     params = [a.arg for a in top.tree.args.args]
     assigned = _assigned_names(top.tree.body)
@@ -140,6 +144,7 @@ class _Context:
         self.lists = {}              # local bound to a list grown by append -> (its items, its length)
         self.list_storage = {}       # items of a list -> the statements allocating them (`new_list`)
         self.list_dtype = {}         # items of a list -> np.int64 once an integer is appended first
+        self.list_rows = {}          # local bound to a list of arrays -> the items' (rank, dtype)
         self.ints = set()            # names known to hold integers as lowering goes (`int_valued`)
         self.int_arrays = set()      # parameters that are arrays of integers
         self.frozen = {}             # key of a module-level array read (`freeze`) -> the statement binding it
@@ -171,6 +176,12 @@ class _Renamed(ast.NodeTransformer):
 def _storage(dtype):
     """The first storage of a list grown by append: 16 items, floats or (`dtype` "np.int64") integers."""
     return Call("np.empty", (Const(16),) + ((Global(dtype),) if dtype else ()))
+
+
+def _rows_storage(rank, dtype):
+    """The first storage of a list of arrays of `rank`: no row yet (`runtime.list_rows_room` makes the first
+    sixteen rows of the first item's shape)."""
+    return Call("np.empty", (Tuple((Const(0),) * (rank + 1)), Global(dtype)))
 
 
 def _count(items):
@@ -1769,7 +1780,8 @@ class _Lowerer:
         """`acc = []`: storage for 16 items, doubled as it fills (`runtime.list_room`), and no item yet."""
         items, length = self.ctx.lists.get(local) or (self.fresh(f"{local}_items"), self.fresh(f"{local}_length"))
         self.ctx.lists[local] = (items, length)
-        self.assign(items, _storage(self.ctx.list_dtype.get(items)))
+        rows = self.ctx.list_rows.get(local)
+        self.assign(items, _storage(self.ctx.list_dtype.get(items)) if rows is None else _rows_storage(*rows))
         self.ctx.list_storage.setdefault(items, []).append(self.out[-1])
         self.assign(length, Const(0))
 
@@ -1784,6 +1796,11 @@ class _Lowerer:
             raise self.err(node, "append with other than one value", "append one value at a time")
         items, length = lst
         value = self.as_atom(self.expr(node.args[0]))
+        if self.rename[node.func.value.id] in self.ctx.list_rows:       # arrays: each a row of the storage
+            self.assign(items, Call("srcad.list_rows_room", (Name(items), Name(length), value)))
+            self.emit(Store(items, (Name(length),), value, self.origin))
+            self.assign(length, BinOp("+", Name(length), Const(1)))
+            return Const(None)
         if items not in self.ctx.list_dtype:         # the first append decides: integers, or floats
             self.ctx.list_dtype[items] = "np.int64" if self.int_valued(value) else None
             for allocation in self.ctx.list_storage[items]:

@@ -51,7 +51,7 @@ def _products_in_place(fn, stmts, arrays):
             continue
         for block in blocks(s):
             _products_in_place(fn, block, arrays)
-        if isinstance(s, Store) and s.index == _whole(fn, s.array):
+        if isinstance(s, Store) and s.array in arrays and s.index == _whole(fn, s.array):
             target, beta = s.array, 0.0
         elif isinstance(s, Accumulate) and not s.reduce and isinstance(s.target, Name):
             target, beta = s.target.id, 1.0
