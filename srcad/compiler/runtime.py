@@ -40,14 +40,19 @@ _dgemm = nt.ExternalFunction("srcad_dgemm", nt.void(*[nt.voidptr] * 13))
 
 @_helper
 def matmul_into(out, a, b, beta):
-    """out = a @ b + beta * out, in out's memory (C-contiguous float64 matrices; `a`, `b` in either
-    order, copied otherwise): one GEMM, no temporary, where the adjoint writes or adds a matrix product."""
+    """out = a @ b + beta * out (beta 0 or 1), in out's memory: one GEMM, no temporary, where the adjoint
+    writes or adds a matrix product into a float64 matrix whose rows are contiguous (`a`, `b` in either
+    order, copied otherwise; another `out`, the product then added)."""
     m, k = a.shape
     n = b.shape[1]
     if m == 0 or n == 0:
         return
-    if k == 0:
-        out *= beta
+    if k == 0 or out.strides[1] != 8 or out.strides[0] != 8 * n:      # (not rows of out's memory)
+        product = np.ascontiguousarray(a) @ np.ascontiguousarray(b) if k > 0 else np.zeros_like(out)
+        if beta == 0.0:
+            out[:, :] = product
+        else:
+            out += product
         return
     # out (m x n, rows) read by BLAS as its transpose (n x m, columns): out.T = b.T @ a.T
     b, tb, ldb = _as_blas_operand(b, n, k)
