@@ -525,7 +525,7 @@ def spread_tuples(x, y):
 def constant_fstring(x):
     """An f-string without fields is a constant message, as Numba takes it."""
     if x < 0.0:
-        raise ValueError(f"x must be non-negative")
+        raise ValueError(f"x must be non-negative")  # noqa: F541 (the construct under test)
     return np.sqrt(x)
 
 

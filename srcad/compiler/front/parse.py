@@ -119,9 +119,9 @@ def _lambdas_as_defs(stmts, names):
             out.append(_lambda_def(s.targets[0].id, s.value, names))
             continue
         hoisted = _HoistLambdas(names)
-        for field, value in ast.iter_fields(s):
-            if field not in ("body", "orelse", "finalbody", "handlers"):
-                setattr(s, field, hoisted.visit(value) if isinstance(value, ast.AST) else
+        for part, value in ast.iter_fields(s):
+            if part not in ("body", "orelse", "finalbody", "handlers"):
+                setattr(s, part, hoisted.visit(value) if isinstance(value, ast.AST) else
                         [hoisted.visit(v) if isinstance(v, ast.AST) else v for v in value]
                         if isinstance(value, list) else value)
         out.extend(hoisted.defs)

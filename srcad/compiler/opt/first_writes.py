@@ -22,9 +22,10 @@ policy allows it: no temporary, no second pass to add it.
 """
 from numba.core import types as nt
 
-from ..ir import Accumulate, Assign, BinOp, Call, Const, Effect, For, Name, Pop, Slice, Store
+from ..analysis.aliasing import VIEW_CALLS
+from ..ir import Accumulate, Assign, BinOp, Call, Const, Effect, For, Name, Pop, Slice, Store, Subscript
 from ..ir.facts import Reverse
-from ..ir.visit import all_blocks, blocks, names_in
+from ..ir.visit import all_blocks, blocks, names_in, walk
 from .cleanup import live_in, statement_reads, zeros_through
 
 _ZEROS = {"np.zeros_like": "np.empty_like", "np.zeros": "np.empty"}
@@ -35,6 +36,7 @@ def write_first_accumulations(fn, products_in_place=True):
     policy), matrix products written or added into its matrices outside parallel loops are one GEMM
     into their memory. Returns `fn`."""
     arrays = {n for n in fn.facts.of(Reverse).adjoints if getattr(fn.types.get(n), "ndim", 0) >= 1}
+    arrays -= _viewed(fn)
     if not arrays:
         return fn
     zeros_through(fn.body, frozenset(), _ArrayZeros(fn, arrays), rewrite=True)
@@ -42,6 +44,20 @@ def write_first_accumulations(fn, products_in_place=True):
     if products_in_place:
         _products_in_place(fn, fn.body, arrays)
     return fn
+
+
+def _viewed(fn):
+    """Arrays another name is bound to a view of (`v = d[i]`, `v = d`, `v = np.transpose(d)`): reads
+    through that name would read their zeros unseen, so they are left as they are."""
+    out = set()
+    for s in walk(fn.body):
+        if isinstance(s, Assign) and getattr(fn.types.get(s.target), "ndim", 0):
+            e = s.value
+            while isinstance(e, Subscript) or isinstance(e, Call) and e.fn in VIEW_CALLS and e.args:
+                e = e.base if isinstance(e, Subscript) else e.args[0]
+            if isinstance(e, Name):
+                out.add(e.id)
+    return out
 
 
 def _products_in_place(fn, stmts, arrays):
