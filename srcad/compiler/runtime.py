@@ -855,11 +855,11 @@ def _check_loop_index_overload(a, axis, start, stop, step, scale, offset, site, 
     if not isinstance(a, numba.types.Array):
         return lambda a, axis, start, stop, step, scale, offset, site, runs: None
     return lambda a, axis, start, stop, step, scale, offset, site, runs: \
-        _check_span(a.shape[axis], start, stop, step, scale, offset, site, runs)
+        check_span(a.shape[axis], start, stop, step, scale, offset, site, runs)
 
 
 @_helper
-def _check_span(n, start, stop, step, scale, offset, site, runs):
+def check_span(n, start, stop, step, scale, offset, site, runs):
     """The indices are first, first + delta, ...: if any is out of range, one end is. One test on the
     path taken when all is well (it runs inside loops); the report is a call of its own."""
     trips = trip_count(start, stop, step)

@@ -34,6 +34,7 @@ from ..compiler.errors import TransformError
 from ..compiler.front.lower import add_into
 from ..source import Source, capture_source
 from ..tensor import Tensor
+from . import phases
 
 DOC = "docs/cuda.md"
 AXES = ("x", "y", "z")
@@ -69,6 +70,8 @@ class Kernel:
         check(target)
         self.python_function, self.outputs, self.target = pyfunc, outputs, target
         self._compiled = {}
+        self._barriers = None           # (whether it calls cuda.syncthreads or allocates shared memory)
+        self._phases = {}               # (scalar parameters, grid dimensions) -> (plan, phase functions)
         params = list(inspect.signature(pyfunc).parameters)
         self._output_positions = tuple((o, params.index(o)) for o in outputs)
         self._function = functools.partial(Function, boundscheck=boundscheck, target=target)
@@ -88,11 +91,19 @@ class Kernel:
         passed as one is a value, never changed: the launch starts from a copy of it (whose starting
         value then gets its gradient: 1 where the kernel does not write)."""
         copied = tuple(o for o, k in self._output_positions if k < len(args) and isinstance(args[k], Tensor))
-        key = (len(blocks), copied)
+        if self._has_barriers():
+            key, make = phased_launch(self, blocks, threads, copied, args)
+        else:
+            key, make = (len(blocks), copied), functools.partial(launch_function, self, len(blocks), copied)
         launch = self._compiled.get(key)
         if launch is None:
-            launch = self._compiled[key] = self._function(launch_function(self, len(blocks), copied))
+            launch = self._compiled[key] = self._function(make())
         return launch(*args, *blocks, *threads, *(b * t for b, t in zip(blocks, threads)))
+
+    def _has_barriers(self):
+        if self._barriers is None:
+            self._barriers = phases.has_barriers(_kernel_tree(self.python_function), self.python_function.__globals__)
+        return self._barriers
 
     def __call__(self, *args):
         raise TypeError(f"{self.__name__} is a kernel: launch it as {self.__name__}[blocks, threads](...)")
@@ -114,29 +125,106 @@ def launch_function(k, ndim, copied=()):
     pyfunc = k.python_function
     name = pyfunc.__name__
     params = list(inspect.signature(pyfunc).parameters)
-    blocks = [f"srcad_blocks_{a}" for a in AXES[:ndim]]
-    threads = [f"srcad_threads_{a}" for a in AXES[:ndim]]
-    widths = [f"srcad_width_{a}" for a in AXES[:ndim]]        # threads along each axis
+    blocks, threads, widths = _launch_names(ndim)
     body = _thread_function(pyfunc, ndim, blocks, threads, widths)
     total = _product([_name(n) for n in widths])
     call = ast.Expr(ast.Call(_name(f"{name}_thread"),
                              [_name(n) for n in [THREAD] + blocks + threads + widths + params], []))
-    parallel = k.target != "cpu" or not _adds_atomically(pyfunc)      # (Numba's threads would race on them)
-    loop = ast.For(ast.Name(THREAD, ast.Store()),
-                   ast.Call(_attr(_name("numba"), "prange") if parallel else _name("range"), [total], []), [call], [])
+    loop = ast.For(ast.Name(THREAD, ast.Store()), _thread_range(k, total), [call], [])
+    text, namespace = _launch_module(k, ndim, copied, [loop])
+    namespace[f"{name}_thread"] = body
+    return _made_launch(name, text, namespace)
+
+
+def _thread_range(k, total):
+    """`numba.prange(total)`, or `range(total)` on the cpu target where threads add atomically (Numba's
+    threads would race on them)."""
+    parallel = k.target != "cpu" or not _adds_atomically(k.python_function)
+    return ast.Call(_attr(_name("numba"), "prange") if parallel else _name("range"), [total], [])
+
+
+def _launch_module(k, ndim, copied, statements):
+    """(source, namespace) of the launch function of `k` running `statements` between copying the output
+    buffers named in `copied` and returning the outputs."""
+    params = list(inspect.signature(k.python_function).parameters)
+    blocks, threads, widths = _launch_names(ndim)
     outs = [_name(o) for o in k.outputs]
     ret = ast.Return(outs[0] if len(outs) == 1 else ast.Tuple(outs, ast.Load()))
     copies = [ast.Assign([ast.Name(o, ast.Store())], ast.Call(_attr(_name("np"), "copy"), [_name(o)], []))
               for o in copied]
     args = ast.arguments([], [ast.arg(p) for p in params + blocks + threads + widths], None, [], [], None, [])
-    module = ast.fix_missing_locations(ast.Module([ast.FunctionDef(name, args, copies + [loop, ret], [], None)], []))
-    text = ast.unparse(module) + "\n"
+    definition = ast.FunctionDef(k.python_function.__name__, args, copies + statements + [ret], [], None)
+    module = ast.fix_missing_locations(ast.Module([definition], []))
+    return ast.unparse(module) + "\n", {"numba": numba, "np": np}
+
+
+def _made_launch(name, text, namespace):
     filename = f"<srcad launch of kernel {name}>"
-    namespace = {"numba": numba, "np": np, f"{name}_thread": body}
     exec(compile(text, filename, "exec"), namespace)
     launch = namespace[name]
     launch.__srcad_source__ = Source(text, filename, 1)
     return launch
+
+
+def phased_launch(k, blocks, threads, copied, args):
+    """(key, make) of a launch of kernel `k`, which has barriers (srcad/cuda/phases.py): its uniform
+    control run for this launch's shape and numbers, each phase a parallel loop. The key is the launch
+    function's source; `make()` builds it."""
+    pyfunc = k.python_function
+    name, ndim = pyfunc.__name__, len(blocks)
+    params = list(inspect.signature(pyfunc).parameters)
+    scalars = tuple(p for p, a in zip(params, args) if isinstance(a, (int, float, np.number)))
+    if (scalars, ndim) not in k._phases:
+        k._phases[scalars, ndim] = _phase_functions(k, scalars, ndim)
+    plan, functions = k._phases[scalars, ndim]
+    bnames, tnames, wnames = _launch_names(ndim)
+    scope = phases.uniform_scope(pyfunc, blocks, threads, params, args)
+    total, nblocks = int(np.prod([b * t for b, t in zip(blocks, threads)])), int(np.prod(blocks))
+    made = [_name(n) for n in list(plan.shared) + [phases.CARRY + v for v in plan.carried]]
+    fixed = [_name(n) for n in [THREAD] + bnames + tnames + wnames + params] + made
+
+    def phase(seg, values):
+        call = ast.Call(_name(f"{name}_phase{seg}"), fixed + [_const(_plain(v)) for v in values], [])
+        return ast.For(ast.Name(THREAD, ast.Store()), _thread_range(k, _const(total)), [ast.Expr(call)], [])
+    loops = phases.Emitter(plan, pyfunc, scope, phase).run(plan.items)
+    arrays = [(n,) + phases.shared_allocation(c, scope, nblocks) for n, c in plan.shared.items()]
+    arrays += [(phases.CARRY + v, (total,), np.dtype(d)) for v, d in plan.carried.items()]
+    allocations = [ast.Assign([ast.Name(n, ast.Store())],
+                              ast.Call(_attr(_name("np"), "zeros"),
+                                       [ast.Tuple([_const(d) for d in shape], ast.Load()), _attr(_name("np"), dt.name)],
+                                       []))
+                   for n, shape, dt in arrays]
+    text, namespace = _launch_module(k, ndim, copied, allocations + loops)
+    namespace.update({f"{name}_phase{i}": f for i, f in enumerate(functions)})
+    return text, functools.partial(_made_launch, name, text, namespace)
+
+
+def _plain(v):
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _phase_functions(k, scalars, ndim):
+    """The plan of kernel `k` (given which parameters are numbers) and one thread function per phase."""
+    pyfunc = k.python_function
+    plan = phases.plan(_kernel_tree(pyfunc), pyfunc, _source(pyfunc), scalars, k.target)
+    cuda_name = next(n for n, v in pyfunc.__globals__.items() if v is cuda)
+
+    def intrinsic(what, axis):
+        return _attr(_attr(_name(cuda_name), what), axis)
+    block, stride = intrinsic("blockIdx", "x"), intrinsic("gridDim", "x")
+    for axis in AXES[1:ndim]:                   # the block's number, x fastest
+        block = _binop(block, ast.Add(), _binop(stride, ast.Mult(), intrinsic("blockIdx", axis)))
+        stride = _binop(stride, ast.Mult(), intrinsic("gridDim", axis))
+    functions = [_thread_function(pyfunc, ndim, *_launch_names(ndim),
+                                  cut=functools.partial(phases.phase_tree, p=plan, k=i, block_index=block))
+                 for i in range(len(plan.segments))]
+    return plan, functions
+
+
+def _launch_names(ndim):
+    """The launch function's parameters after the kernel's: blocks, threads per block, threads along each axis."""
+    return ([f"srcad_blocks_{a}" for a in AXES[:ndim]], [f"srcad_threads_{a}" for a in AXES[:ndim]],
+            [f"srcad_width_{a}" for a in AXES[:ndim]])
 
 
 def _adds_atomically(pyfunc):
@@ -145,23 +233,35 @@ def _adds_atomically(pyfunc):
     return any(isinstance(n, ast.Attribute) and n.attr == "atomic" for n in ast.walk(tree))
 
 
-def _thread_function(pyfunc, ndim, blocks, threads, widths):
+def _thread_function(pyfunc, ndim, blocks, threads, widths, cut=None):
     """`pyfunc` as the body of one thread: its source read as the user wrote it, then rewritten when
     the compiler parses it (`__srcad_rewrite__`), with the thread's number and the launch's shape as
-    its first parameters."""
-    source = capture_source(pyfunc)
-    if source is None:
-        raise TransformError(f"{pyfunc.__name__}: cannot read its source. Hint: define the kernel in a file")
+    its first parameters. `cut(tree)`, if given, first keeps one phase of it (`phases.phase_tree`)."""
+    source = _source(pyfunc)
     namespace = {**pyfunc.__globals__, ADD_INTO: add_into}
     body = types.FunctionType(pyfunc.__code__, namespace, pyfunc.__name__, pyfunc.__defaults__, pyfunc.__closure__)
     body.__srcad_source__ = source
     body.__srcad_globals__ = (ADD_INTO,)
-    body.__srcad_rewrite__ = functools.partial(_rewrite, pyfunc, ndim, blocks, threads, widths, source)
+    body.__srcad_rewrite__ = functools.partial(_rewrite, pyfunc, ndim, blocks, threads, widths, source, cut)
     return body
 
 
-def _rewrite(pyfunc, ndim, blocks, threads, widths, source, tree):
-    """The kernel's parsed `tree` (a FunctionDef) as the body of one thread."""
+def _source(pyfunc):
+    source = capture_source(pyfunc)
+    if source is None:
+        raise TransformError(f"{pyfunc.__name__}: cannot read its source. Hint: define the kernel in a file")
+    return source
+
+
+def _kernel_tree(pyfunc):
+    """The kernel's FunctionDef, parsed from its source as the compiler parses it."""
+    return ast.parse(textwrap.dedent(_source(pyfunc).text)).body[0]
+
+
+def _rewrite(pyfunc, ndim, blocks, threads, widths, source, cut, tree):
+    """The kernel's parsed `tree` (a FunctionDef) as the body of one thread (of one phase: `cut`)."""
+    if cut is not None:
+        tree = cut(tree)
     tree.args.args[:0] = [ast.arg(n) for n in [THREAD] + blocks + threads + widths]
     _Intrinsics(pyfunc, ndim, blocks, threads, widths, source).visit(tree)
     return tree

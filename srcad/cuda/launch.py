@@ -21,10 +21,18 @@ import numba
 import numpy as np
 from numba import cuda
 
+from ..compiler import runtime
+
 THREADS_PER_BLOCK = 128
-HOST_NAMES = ("run_threads", "thread_buffer")           # what generated host code calls
+HOST_NAMES = ("run_threads", "thread_buffer", "check_loop_index")           # what generated host code calls
 _PTX = threading.local()
 _TIMES = threading.local()
+
+
+def check_loop_index(a, axis, start, stop, step, scale, offset, site, runs):
+    """The host code's check, before a kernel runs, of the indices its threads take in `a` (those of
+    a loop over the threads: the CPU's `runtime.check_loop_index`)."""
+    runtime.check_span(a.shape[axis], start, stop, step, scale, offset, site, runs)
 
 
 def thread_buffer(shape, dtype):

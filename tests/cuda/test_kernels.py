@@ -124,8 +124,9 @@ def test_launch_errors_name_the_kernel():
 
 
 def test_unsupported_cuda_constructs_are_refused_by_line():
-    with pytest.raises(ad.TransformError, match=r"block_sum \(.*_refused_kernels.py, line \d+\): `cuda.shared.array` "
-                                                r"in `tile = cuda.shared.array\(64, float64\)` is not supported"):
+    with pytest.raises(ad.TransformError, match=r"block_sum \(.*_refused_kernels.py, line \d+\): shared memory and "
+                                                r"barriers on the cuda target in `tile = cuda.shared.array\(64, "
+                                                r"float64\)` is not supported"):
         _refused("block_sum")
     with pytest.raises(ad.TransformError, match=r"an atomic operation whose result is used"):
         _refused("uses_atomic_result")

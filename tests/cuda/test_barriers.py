@@ -1,0 +1,122 @@
+"""Kernels with shared memory and barriers: each phase between barriers is a parallel loop of its own
+(srcad/cuda/phases.py). Values against NumPy, gradients against finite differences, second order
+against finite differences of the gradient; constructs a phase cannot hold are refused by line."""
+import numpy as np
+import pytest
+
+pytest.importorskip("numba.cuda")
+
+import srcad as ad  # noqa: E402
+from srcad.testing import finite_differences  # noqa: E402
+
+import _barrier_kernels as B  # noqa: E402
+
+WEIGHTS = np.cos(np.arange(200.0))
+
+
+def _block_sums(x):
+    return np.array([np.sqrt(np.sum(x[b:b + 32] ** 2)) for b in range(0, 96, 32)])
+
+
+def _halo_stencil(x, c):
+    padded = np.concatenate([[0.0], x, [0.0]])
+    return c[0] * (padded[:-2] - 2.0 * x + padded[2:]) + np.sin(x)
+
+
+def _smooth_in_blocks(x, n_iter):
+    out = x.copy()
+    for b in range(0, x.size, 32):
+        tile = out[b:b + 32]
+        for _ in range(n_iter):
+            left, right = np.concatenate([tile[:1], tile[:-1]]), np.concatenate([tile[1:], tile[-1:]])
+            tile[:] = 0.25 * left + 0.5 * tile + 0.25 * right + 0.1 * np.tanh(tile)
+    return out
+
+
+CASES = {   # kernel, blocks, threads, arguments (x first; its output buffer last), NumPy's result
+    "block_sums": (B.block_sums, 3, 32, lambda x: (x[:70], np.zeros(3)), lambda x: _block_sums(np.r_[x[:70], [0] * 26])),
+    "halo_stencil": (B.halo_stencil, 3, 32, lambda x: (x[:80], np.array([0.7]), np.zeros(80)),
+                     lambda x: _halo_stencil(x[:80], [0.7])),
+    "smooth_in_blocks": (B.smooth_in_blocks, 2, 32, lambda x: (x[:64], 3, np.zeros(64)),
+                         lambda x: _smooth_in_blocks(x[:64], 3)),
+}
+_KERNELS = {}
+
+
+def _case(name):
+    fn, blocks, threads, args, expected = CASES[name]
+    if name not in _KERNELS:
+        _KERNELS[name] = ad.kernel(fn, outputs=["out"], target="cpu")
+    return _KERNELS[name], blocks, threads, args, expected
+
+
+def _loss(name, x):
+    """sum(w * out) of the launch on `x` (a Variable or an array)."""
+    k, blocks, threads, args, _ = _case(name)
+    out = k[blocks, threads](*args(x))
+    return np.sum(WEIGHTS[:out.shape[0]] * out)
+
+
+def _gradient(name, x0):
+    x = ad.Variable(x0)
+    with ad.GradientTape() as tape:
+        loss = _loss(name, x)
+    return tape.gradient(loss, x).numpy()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_barrier_kernel_value_and_gradient(name):
+    k, blocks, threads, args, expected = _case(name)
+    x0 = np.random.default_rng(3).uniform(-1.0, 1.0, 96)
+    np.testing.assert_allclose(k[blocks, threads](*args(x0)).numpy(), expected(x0), rtol=1e-12, atol=1e-14)
+    fd = finite_differences(lambda v: float(np.asarray(_loss(name, v[0]))), [x0], 0)
+    np.testing.assert_allclose(_gradient(name, x0), fd, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("name", ["block_sums", "smooth_in_blocks"])
+def test_barrier_kernel_second_order(name):
+    """A Hessian-vector product through the kernel's gradient, against finite differences of the gradient."""
+    rng = np.random.default_rng(5)
+    x0, v = rng.uniform(-1.0, 1.0, 96), rng.uniform(-1.0, 1.0, 96)
+    x = ad.Variable(x0)
+    with ad.GradientTape() as outer:
+        with ad.GradientTape() as inner:
+            loss = _loss(name, x)
+        s = np.sum(inner.gradient(loss, x) * v)
+    hv = outer.gradient(s, x).numpy()
+    h = 1e-5
+    fd = (_gradient(name, x0 + h * v) - _gradient(name, x0 - h * v)) / (2 * h)
+    np.testing.assert_allclose(hv, fd, rtol=1e-5, atol=1e-7)
+
+
+def _launch(fn, target="cpu", blocks=1):
+    k = ad.kernel(fn, outputs=["out"], target=target)
+    with ad.GradientTape():
+        k[blocks, 32](ad.Variable(np.ones(32 * blocks)), np.zeros(32 * blocks))
+
+
+def test_constructs_around_barriers_are_refused_by_line():
+    with pytest.raises(ad.TransformError, match=r"barrier_under_thread_test \(.*_barrier_kernels.py, line \d+\): a "
+                                                r"barrier under control that depends on the thread \(`cuda.grid`\) in "
+                                                r"`i = cuda.grid\(1\)`"):
+        _launch(B.barrier_under_thread_test)
+    with pytest.raises(ad.TransformError, match=r"returns_before_barrier \(.*line \d+\): a `return` before a barrier "
+                                                r"in `return` .* put the work under `if`"):
+        _launch(B.returns_before_barrier)
+    with pytest.raises(ad.TransformError, match=r"shared_in_branch \(.*line \d+\): `cuda.shared.array` inside a "
+                                                r"branch or loop .* at the top of the kernel"):
+        _launch(B.shared_in_branch)
+
+
+def test_barriers_on_the_cuda_target_are_refused_with_the_cpu_target_as_the_way():
+    with pytest.raises(ad.TransformError, match=r"block_sums \(.*line \d+\): shared memory and barriers on the cuda "
+                                                r"target in `tile = cuda.shared.array\(32, float64\)` .* "
+                                                r"target=\"cpu\""):
+        _launch(B.block_sums, target="cuda", blocks=3)
+
+
+def test_too_many_phases_in_one_launch_are_refused():
+    k = ad.kernel(B.smooth_in_blocks, outputs=["out"], target="cpu")
+    with pytest.raises(ad.TransformError, match=r"smooth_in_blocks: this launch runs more than 256 phases between "
+                                                r"barriers"):
+        k[1, 32](np.ones(32), 200, np.zeros(32))
