@@ -116,9 +116,9 @@ def srcad_tool(fn, args):
 
 
 def jax_tool(args, facts):
-    """jit(grad) of the loss with lax.scan over time steps; unroll 1 or 4, whichever runs faster here
-    (said in `facts`, with the row's note: both compile while the row is built, so that JAX's first call
-    in the report has no compile in it)."""
+    """jit(grad) of the loss with lax.scan over time steps; unroll 1 or 4, whichever runs faster here,
+    named in `facts` (the row's note). Both compile while the row is built: JAX's first call in the
+    report has no compile in it."""
     jax = peer("jax")
     if jax is None:
         return None
