@@ -845,6 +845,12 @@ def _check_mask(n, length, site):
         index_error(site, length, n)
 
 
+def threads_between_barriers(n):
+    """The threads of a kernel between two barriers, as the header of a loop the front end reads as a
+    phase (`For.phase`, srcad/cuda/phases.py); in Python, `range(n)`."""
+    return range(n)
+
+
 def check_loop_index(a, axis, start, stop, step, scale, offset, site, runs):
     """Check, before a loop over range(start, stop, step) runs, the index `scale * i + offset` of
     its first and last `i`, when it runs at all (and `runs` > 0: the loops around it run)."""
@@ -855,11 +861,11 @@ def _check_loop_index_overload(a, axis, start, stop, step, scale, offset, site, 
     if not isinstance(a, numba.types.Array):
         return lambda a, axis, start, stop, step, scale, offset, site, runs: None
     return lambda a, axis, start, stop, step, scale, offset, site, runs: \
-        check_span(a.shape[axis], start, stop, step, scale, offset, site, runs)
+        _check_span(a.shape[axis], start, stop, step, scale, offset, site, runs)
 
 
 @_helper
-def check_span(n, start, stop, step, scale, offset, site, runs):
+def _check_span(n, start, stop, step, scale, offset, site, runs):
     """The indices are first, first + delta, ...: if any is out of range, one end is. One test on the
     path taken when all is well (it runs inside loops); the report is a call of its own."""
     trips = trip_count(start, stop, step)

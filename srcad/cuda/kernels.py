@@ -32,6 +32,7 @@ from numba import cuda
 
 from ..compiler.errors import TransformError
 from ..compiler.front.lower import add_into
+from ..compiler.runtime import threads_between_barriers
 from ..source import Source, capture_source
 from ..tensor import Tensor
 from . import phases
@@ -40,6 +41,7 @@ DOC = "docs/cuda.md"
 AXES = ("x", "y", "z")
 THREAD = "srcad_thread"
 ADD_INTO = "srcad_add_into"
+PHASE_RANGE = "srcad_threads_between_barriers"
 
 
 def kernel(pyfunc=None, *, outputs, target="cuda", boundscheck=None):
@@ -185,7 +187,10 @@ def phased_launch(k, blocks, threads, copied, args):
 
     def phase(seg, values):
         call = ast.Call(_name(f"{name}_phase{seg}"), fixed + [_const(_plain(v)) for v in values], [])
-        return ast.For(ast.Name(THREAD, ast.Store()), _thread_range(k, _const(total)), [ast.Expr(call)], [])
+        header = _thread_range(k, _const(total))
+        if isinstance(header.func, ast.Attribute):          # (a parallel loop: one between barriers)
+            header.func = _name(PHASE_RANGE)
+        return ast.For(ast.Name(THREAD, ast.Store()), header, [ast.Expr(call)], [])
     loops = phases.Emitter(plan, pyfunc, scope, phase).run(plan.items)
     arrays = [(n,) + phases.shared_allocation(c, scope, nblocks) for n, c in plan.shared.items()]
     arrays += [(phases.CARRY + v, (total,), np.dtype(d)) for v, d in plan.carried.items()]
@@ -196,6 +201,7 @@ def phased_launch(k, blocks, threads, copied, args):
                    for n, shape, dt in arrays]
     text, namespace = _launch_module(k, ndim, copied, allocations + loops)
     namespace.update({f"{name}_phase{i}": f for i, f in enumerate(functions)})
+    namespace[PHASE_RANGE] = threads_between_barriers
     return text, functools.partial(_made_launch, name, text, namespace)
 
 
@@ -206,7 +212,7 @@ def _plain(v):
 def _phase_functions(k, scalars, ndim):
     """The plan of kernel `k` (given which parameters are numbers) and one thread function per phase."""
     pyfunc = k.python_function
-    plan = phases.plan(_kernel_tree(pyfunc), pyfunc, _source(pyfunc), scalars, k.target)
+    plan = phases.plan(_kernel_tree(pyfunc), pyfunc, _source(pyfunc), scalars)
     cuda_name = next(n for n, v in pyfunc.__globals__.items() if v is cuda)
 
     def intrinsic(what, axis):

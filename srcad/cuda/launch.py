@@ -21,8 +21,6 @@ import numba
 import numpy as np
 from numba import cuda
 
-from ..compiler import runtime
-
 THREADS_PER_BLOCK = 128
 HOST_NAMES = ("run_threads", "thread_buffer", "check_loop_index")           # what generated host code calls
 _PTX = threading.local()
@@ -30,9 +28,19 @@ _TIMES = threading.local()
 
 
 def check_loop_index(a, axis, start, stop, step, scale, offset, site, runs):
-    """The host code's check, before a kernel runs, of the indices its threads take in `a` (those of
-    a loop over the threads: the CPU's `runtime.check_loop_index`)."""
-    runtime.check_span(a.shape[axis], start, stop, step, scale, offset, site, runs)
+    """The host code's check, before a kernel runs, of the indices `scale * i + offset` its threads take
+    in `a` along `axis` for i in range(start, stop, step) (the CPU's `runtime.check_loop_index`):
+    the IndexError of the first one out of range."""
+    n, trips = a.shape[axis], len(range(start, stop, step))
+    if trips == 0 or runs <= 0:
+        return
+    first, delta = scale * start + offset, scale * step
+    last = first + (trips - 1) * delta
+    if not -n <= first < n:
+        raise IndexError(site, first, n)
+    if not -n <= last < n:           # (the indices move one way: the first out is where they leave)
+        k = (n - first + delta - 1) // delta if delta > 0 else (first + n) // -delta + 1
+        raise IndexError(site, first + k * delta, n)
 
 
 def thread_buffer(shape, dtype):

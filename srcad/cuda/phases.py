@@ -91,16 +91,10 @@ class _Refusal:
                               f"is not supported in a differentiated kernel yet. Hint: {hint} (see {DOC})")
 
 
-def plan(tree, pyfunc, source, scalars, target):
+def plan(tree, pyfunc, source, scalars):
     """The Plan of kernel `tree` (a FunctionDef); `scalars`: the parameters passed numbers (constants)."""
     refuse = _Refusal(pyfunc, source)
     g = pyfunc.__globals__
-    if target != "cpu":
-        first = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and
-                     _cuda_path(n.func, g) in (("syncthreads",), ("shared", "array")))
-        raise refuse(first, "shared memory and barriers on the cuda target",
-                     "the phases between barriers are differentiated on the cpu target today: "
-                     "ad.kernel(..., target=\"cpu\")")
     shared = {}
     body = []
     for k, s in enumerate(tree.body):

@@ -11,6 +11,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import srcad as ad  # noqa: E402
 from srcad.cuda.launch import compiling_ptx  # noqa: E402
 
+import _barrier_kernels as B  # noqa: E402
 import _cuda_kernels as K  # noqa: E402
 
 ATOMIC_ADD = ("atom.global.add.f64", "red.global.add.f64")
@@ -34,6 +35,9 @@ def atomics(launch, args, active):
 found = {}
 for name, (fn, outputs, blocks, threads, make, active) in sorted(K.CASES.items()):
     found[name] = atomics(ad.kernel(fn, outputs=outputs)[blocks, threads], make(np.random.default_rng(0)), active)
+found["block_sums"] = atomics(ad.kernel(B.block_sums, outputs=["out"])[3, 32], [np.ones(70), np.zeros(3)], (0,))
+found["halo_stencil"] = atomics(ad.kernel(B.halo_stencil, outputs=["out"])[3, 32],
+                                [np.ones(80), np.array([0.7]), np.zeros(80)], (0, 1))
 found["elementwise_own"] = atomics(ELEMENTWISE, [np.ones((3, 4)), np.ones((3, 4))], (0, 1))
 found["elementwise_spread"] = atomics(ELEMENTWISE, [np.ones((3, 4)), np.ones(4)], (0, 1))
 print(json.dumps(found))

@@ -40,37 +40,53 @@ CASES = {   # kernel, blocks, threads, arguments (x first; its output buffer las
     "smooth_in_blocks": (B.smooth_in_blocks, 2, 32, lambda x: (x[:64], 3, np.zeros(64)),
                          lambda x: _smooth_in_blocks(x[:64], 3)),
 }
+ON_THE_GPU = ["block_sums", "halo_stencil"]    # (what the cuda target takes: see the refusal below)
 _KERNELS = {}
 
 
-def _case(name):
+def _case(name, target="cpu"):
     fn, blocks, threads, args, expected = CASES[name]
-    if name not in _KERNELS:
-        _KERNELS[name] = ad.kernel(fn, outputs=["out"], target="cpu")
-    return _KERNELS[name], blocks, threads, args, expected
+    if (name, target) not in _KERNELS:
+        _KERNELS[name, target] = ad.kernel(fn, outputs=["out"], target=target)
+    return _KERNELS[name, target], blocks, threads, args, expected
 
 
-def _loss(name, x):
+def _loss(name, x, target="cpu"):
     """sum(w * out) of the launch on `x` (a Variable or an array)."""
-    k, blocks, threads, args, _ = _case(name)
+    k, blocks, threads, args, _ = _case(name, target)
     out = k[blocks, threads](*args(x))
     return np.sum(WEIGHTS[:out.shape[0]] * out)
 
 
-def _gradient(name, x0):
+def _gradient(name, x0, target="cpu"):
     x = ad.Variable(x0)
     with ad.GradientTape() as tape:
-        loss = _loss(name, x)
+        loss = _loss(name, x, target)
     return tape.gradient(loss, x).numpy()
+
+
+def _x():
+    return np.random.default_rng(3).uniform(-1.0, 1.0, 96)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_barrier_kernel_value_and_gradient(name):
     k, blocks, threads, args, expected = _case(name)
-    x0 = np.random.default_rng(3).uniform(-1.0, 1.0, 96)
+    x0 = _x()
     np.testing.assert_allclose(k[blocks, threads](*args(x0)).numpy(), expected(x0), rtol=1e-12, atol=1e-14)
     fd = finite_differences(lambda v: float(np.asarray(_loss(name, v[0]))), [x0], 0)
     np.testing.assert_allclose(_gradient(name, x0), fd, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("name", ON_THE_GPU)
+def test_barrier_kernel_on_the_cuda_target_matches_the_cpu_target(name):
+    """The phases as kernels (Numba's CUDA simulator in CI): the cpu target's value and gradient, which
+    the test above checks against NumPy and finite differences."""
+    k, blocks, threads, args, _ = _case(name, "cuda")
+    x0 = _x()
+    np.testing.assert_allclose(k[blocks, threads](*args(x0)).numpy(),
+                               _case(name)[0][blocks, threads](*args(x0)).numpy(), rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(_gradient(name, x0, "cuda"), _gradient(name, x0), rtol=1e-12, atol=1e-14)
 
 
 @pytest.mark.parametrize("name", ["block_sums", "smooth_in_blocks"])
@@ -108,11 +124,12 @@ def test_constructs_around_barriers_are_refused_by_line():
         _launch(B.shared_in_branch)
 
 
-def test_barriers_on_the_cuda_target_are_refused_with_the_cpu_target_as_the_way():
-    with pytest.raises(ad.TransformError, match=r"block_sums \(.*line \d+\): shared memory and barriers on the cuda "
-                                                r"target in `tile = cuda.shared.array\(32, float64\)` .* "
-                                                r"target=\"cpu\""):
-        _launch(B.block_sums, target="cuda", blocks=3)
+def test_a_phase_overwriting_what_its_adjoint_needs_is_refused_on_the_cuda_target():
+    with pytest.raises(ad.TransformError, match=r"smooth_in_blocks_forward: a value saved by one phase between barriers "
+                                                r"for another kernel .*line \d+: `tile\[t\] = 0.25 \* left.*`\) cannot "
+                                                r"run on the cuda target. .*target=\"cpu\""):
+        with ad.GradientTape():
+            _case("smooth_in_blocks", "cuda")[0][2, 32](ad.Variable(_x()[:64]), 3, np.zeros(64))
 
 
 def test_too_many_phases_in_one_launch_are_refused():

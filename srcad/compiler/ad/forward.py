@@ -132,7 +132,7 @@ class _Tangent:
         if isinstance(s, If):
             return [If(s.cond, self.block(s.body), self.block(s.orelse), s.origin)]
         if isinstance(s, For):
-            return [For(s.var, s.start, s.stop, s.step, self.block(s.body), s.origin, s.parallel)]
+            return [For(s.var, s.start, s.stop, s.step, self.block(s.body), s.origin, s.parallel, s.phase)]
         if isinstance(s, While):
             return [While(s.cond, self.block(s.body), s.origin)]
         if isinstance(s, Effect):

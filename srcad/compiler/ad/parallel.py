@@ -78,6 +78,8 @@ def _independent(fn, loop, live_after, atomic_sums):
     elsewhere = {t.stack for t in walk(fn.body) if isinstance(t, (Push, Pop, Reserve)) and id(t) not in inside}
     if stacks & (elsewhere | live_after):
         return False
+    if loop.phase:
+        return True             # (its threads touch elements no other thread of the phase does: CUDA's rules)
     threads = {t.target for t in body if isinstance(t, Assign) and t.value == Call(THREAD_ID)}
     written = {written_array(t) for t in walk(body)} - {None}
     return all(a in bound and a not in exposed or disjoint(body, a, loop.var, width(fn, loop))
@@ -110,7 +112,7 @@ def reversed_in_parallel(fn, local, loop, rerun, back, own_stacks, shared_sums="
         return None                # (the adjoints of names read after the loop do not start at zero)
     starts = [local.initial(v) for v in sorted(own) if v in local.d]
     body = rerun + starts + back
-    shared = _shared_sums(fn, loop, body, own_stacks)
+    shared = _shared_sums(fn, loop, body, own_stacks, trusted=loop.phase and shared_sums == "atomic")
     if shared is None:
         return None
     before, after = [], []
@@ -135,12 +137,15 @@ def reversed_in_parallel(fn, local, loop, rerun, back, own_stacks, shared_sums="
             block[:] = [replace(t, target=_into_part(t.target, parts, thread)) if isinstance(t, Accumulate) else t
                         for t in block]
         body = [Assign(thread, Call(THREAD_ID), loop.origin)] + body
-    return before + [For(loop.var, loop.start, loop.stop, loop.step, body, loop.origin, parallel=True)] + after
+    return before + [For(loop.var, loop.start, loop.stop, loop.step, body, loop.origin, True, loop.phase)] + after
 
 
-def _shared_sums(fn, loop, body, own_stacks):
+def _shared_sums(fn, loop, body, own_stacks, trusted=False):
     """Names (scalars or arrays) that several iterations of `body` add into, each to be summed per
-    thread; None when an iteration writes shared memory otherwise than by adding into it."""
+    thread; None when an iteration writes shared memory otherwise than by adding into it, unless the
+    loop is `trusted`: a phase between barriers whose target adds atomically, where CUDA's rules make
+    every element that one thread writes its own in the primal, and so in the adjoint (only elements
+    the primal reads are added into by several threads)."""
     exposed = live_in(body, set())
     if any(isinstance(t, (Push, Pop, Reserve)) and t.stack not in own_stacks for t in walk(body)):
         return None
@@ -155,9 +160,10 @@ def _shared_sums(fn, loop, body, own_stacks):
     for a in written & exposed:                    # arrays of the code around the loop
         if disjoint(body, a, loop.var, width(fn, loop)):
             continue
-        if not all(isinstance(t, Accumulate) for t in walk(body) if written_array(t) == a):
+        if all(isinstance(t, Accumulate) for t in walk(body) if written_array(t) == a):
+            shared.add(a)
+        elif not trusted:
             return None
-        shared.add(a)
     return shared if all(_only_added_into(body, a) for a in shared) else None
 
 

@@ -129,7 +129,8 @@ class SavePlan:
         iteration runs again from the values every iteration starts from, and the target sizes its
         storage per iteration.)"""
         alone = loop.parallel and carries_only_sums(loop, self._adjoint_reads(loop))
-        cp = checkpoint_candidate(self.fn, loop, self.facts, self.active) if self.policy.growable or alone \
+        back = set().union(*(self._reverse_reads(s) for s in walk(loop.body))) if loop.phase else frozenset()
+        cp = checkpoint_candidate(self.fn, loop, self.facts, self.active, back) if self.policy.growable or alone \
             else None
         if cp is None:
             return False
@@ -144,7 +145,7 @@ class SavePlan:
         cp.carried = carried
         self.checkpoints[loop.uid] = cp
         self.inner[loop.uid] = ctx
-        self.value_reads |= _value_reads(loop.body) - cp.scratch     # the re-run reads them again
+        self.value_reads |= _value_reads(loop.body) - cp.scratch - cp.stale     # the re-run reads them again
         self.iteration_reads[loop.uid] = self._iteration_live_in(loop, ctx)
         self.top.req = self._required(self.top)
         return True
@@ -155,12 +156,14 @@ class SavePlan:
         adjoint reads that the re-run may leave unbound."""
         rerun = live_in(loop.body, set(), gen=lambda s: self._rerun_reads(s, ctx))
         back = set().union(*(self._reverse_reads(s) for s in walk(loop.body)))
+        if loop.phase:      # (restoring an external array's region reads none of its values)
+            back -= ctx.checkpoint.stale | ctx.checkpoint.external
         return (rerun | (back - _bound_on_every_path(loop.body))) & set(self.types)
 
     def _rerun_reads(self, s, ctx):
         """Names statement `s` reads as an iteration runs again in the adjoint (None: the re-run leaves
         it out, as an index check or a write into an array the iteration never reads)."""
-        if isinstance(s, Effect) or written_array(s) in ctx.checkpoint.external:
+        if isinstance(s, Effect) or written_array(s) in ctx.checkpoint.external or defines(s) & ctx.checkpoint.stale:
             return None
         out = set(statement_reads(s))
         v = self.bound(s)

@@ -29,7 +29,7 @@ from ..analysis.types import placeholder, rank, type_of
 from ..ir import (Accumulate, Assign, BinOp, Call, Const, Effect, For, Function, If, Name, Pop, Push, Reserve,
                   Stack, Store, Subscript, Tuple, While)
 from ..ir.facts import Activity, Aliasing, Facts, OptionalValues, Reverse
-from ..ir.visit import all_blocks, assigned, clone, names_in, walk, written_array
+from ..ir.visit import all_blocks, assigned, clone, defines, names_in, walk, written_array
 from .parallel import rerun_alone, reversed_in_parallel
 from .plan import SavePlan, region
 from .saving import CPU, Unsized, refuse_unsized, reserve_room, save_sizes
@@ -126,6 +126,8 @@ class _Reverse:
                 return self._region_save(s, ctx)[0] + [_copy(s)]
             return [_copy(s)]
         if isinstance(s, (Assign, Accumulate, Pop)):
+            if mode == RERUN and ctx.checkpoint is not None and defines(s) & ctx.checkpoint.stale:
+                return []            # nor the values it would compute from them
             v = plan.bound(s)
             return (self._value_save(s, ctx, v)[0] if v and saving and plan.saves(s, ctx) else []) + [_copy(s)]
         if isinstance(s, (Push, Reserve)):
@@ -138,7 +140,7 @@ class _Reverse:
         if isinstance(s, For):
             pre = self._value_save(s, ctx, s.var)[0] if saving and plan.saves(s, ctx) else []
             body = self._forward_block(s.body, ctx, mode)
-            return pre + [For(s.var, s.start, s.stop, s.step, body, s.origin, parallel=s.parallel)]
+            return pre + [For(s.var, s.start, s.stop, s.step, body, s.origin, s.parallel, s.phase)]
         if isinstance(s, While):
             counter = plan.bound(s)
             pre = self._value_save(s, ctx, counter)[0] if saving and plan.saves(s, ctx) else []
@@ -154,8 +156,7 @@ class _Reverse:
         pre = [t for v in self.plan.entry_saves(loop, ctx) for t in self._value_save(loop, ctx, v)[0]]
         starts = [t for v in cp.carried for t in self._value_save(loop, ctx, v, once=False)[0]]
         body = starts + self._forward_block(loop.body, inner, PLAIN)
-        return pre + [For(loop.var, loop.start, loop.stop, loop.step, body, loop.origin,
-                          parallel=loop.parallel)]
+        return pre + [For(loop.var, loop.start, loop.stop, loop.step, body, loop.origin, loop.parallel, loop.phase)]
 
     def _make_room(self, fn):
         """Room for the pushes `fn` makes onto stacks this transform made (not the primal's own: they keep

@@ -313,16 +313,20 @@ class Checkpoint:
     """A for loop whose reverse sweep runs each iteration again from its saved start."""
     loop: For
     scratch: set           # arrays each iteration rewrites before reading them
-    external: set          # arrays the iteration writes and never reads
+    external: set          # arrays the iteration writes and never reads (or reads only for `stale` values)
     assigned: set          # names the body binds (the loop index included)
     carried: list = field(default_factory=list)   # scalars saved per iteration (found by the reverse pass)
+    stale: set = field(default_factory=set)       # external arrays the iteration reads only for values nothing
+                                                  # needs, and those values: the re-run leaves them alone
 
 
-def checkpoint_candidate(fn, loop, facts, active):
+def checkpoint_candidate(fn, loop, facts, active, back_reads=frozenset()):
     """A Checkpoint for `loop` if its iterations can be run again from their scalars alone, else None:
     every array it writes is scratch (rewritten first in each iteration), made afresh in the
-    iteration, or external (never read in it), and every array name it binds is made afresh in the
-    iteration before it is read (so only scalars are saved per iteration)."""
+    iteration, or external (never read in it, or, in a phase between barriers, read only for values
+    that none of `back_reads`, what the loop's reverse reads, depends on: `tile[t] += tile[t + s]`), and
+    every array name it binds is made afresh in the iteration before it is read (so only scalars are
+    saved per iteration)."""
     inner = list(walk(loop.body))
     if not any(defines(t) & active or written_array(t) in active for t in inner):
         return None
@@ -341,9 +345,14 @@ def checkpoint_candidate(fn, loop, facts, active):
         value_read |= set().union(*(value_names(e) for e in exprs))
     external = stored - value_read
     scratch = stored & value_read
+    stale = set()
+    for a in sorted(scratch) if loop.phase else ():      # (each thread's elements are its own: CUDA's rules)
+        fed = _feeds(loop.body, a)
+        if not fed & (set(back_reads) | {a}):
+            external, scratch, stale = external | {a}, scratch - {a}, stale | fed | {a}
     if not all(_rewritten_first(fn, a, loop) for a in scratch):
         return None
-    return Checkpoint(loop, scratch, external, assigned(loop.body) | {loop.var})
+    return Checkpoint(loop, scratch, external, assigned(loop.body) | {loop.var}, stale=stale)
 
 
 _VIEWS = frozenset({"srcad.stop_gradient", "np.transpose", "np.asarray", "np.ravel", "np.reshape",
@@ -362,6 +371,43 @@ def _made_afresh(fn, a, inner):
             if isinstance(v, (Name, Subscript)) or (isinstance(v, Call) and v.fn in _VIEWS) or a in names_in(v):
                 return False
     return True
+
+
+def _feeds(stmts, a):
+    """The names whose values in `stmts` depend on array `a`'s elements (through assignments, stores
+    into other arrays, branches and loop bounds), and `a` itself if an index depends on them: what a
+    re-run that leaves `a`'s writes alone would compute wrongly."""
+    tainted, grew = {a}, True
+
+    def visit(body, under):
+        nonlocal grew
+        for t in body:
+            if isinstance(t, Effect):
+                continue
+            if isinstance(t, (If, For, While)):
+                inner = under or bool(set(reads(t)) & tainted)     # (a branch's condition, a loop's bounds)
+                for b in blocks(t):
+                    visit(b, inner)
+                continue
+            target = written_array(t) or next(iter(defines(t)), None)
+            if target is not None and target not in tainted and (under or set(reads(t)) & tainted):
+                tainted.add(target)
+                grew = True
+    while grew:
+        grew = False
+        visit(stmts, False)
+    return (tainted - {a}) | ({a} if _index_tainted(stmts, tainted) else set())
+
+
+def _index_tainted(stmts, tainted):
+    """Does an index in `stmts` read a name computed from the tainted ones?"""
+    for t in walk(stmts):
+        exprs = list(own_exprs(t)) + ([Subscript(Name(t.array), t.index)] if isinstance(t, Store) else [])
+        for e in exprs:
+            for x in subexpressions(e):
+                if isinstance(x, Subscript) and any(names_in(i) & tainted for i in x.index):
+                    return True
+    return False
 
 
 def _exposed(stmts, defined=frozenset()):

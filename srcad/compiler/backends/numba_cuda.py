@@ -51,6 +51,13 @@ def lower_for_cuda(fn):
     for block in all_blocks(fn.body):
         block[:] = [t for s in block for t in (_thread_stacks(fn, s) if _is_kernel(s) else [s])]
     left = [t for t in walk(fn.body) if isinstance(t, (Push, Pop, Reserve))]
+    in_phases = {id(t) for s in walk(fn.body) if isinstance(s, For) and s.phase for t in walk(s.body)}
+    if left and id(left[0]) in in_phases:
+        raise _refusal(fn, left[0], "a value saved by one phase between barriers for another kernel (an element "
+                       "the phase overwrites that its adjoint needs, or a gradient's value differentiated again)",
+                       "on the cuda target a phase may overwrite an element only where the adjoint reads no old "
+                       "value of it (a sum, a copy, a linear update): write the new values into another shared "
+                       "array, or run the kernel with target=\"cpu\"")
     if left:
         raise _refusal(fn, left[0], "values saved outside the threads of a kernel",
                        "the threads of a kernel must be independent to be differentiated: a thread reads only "

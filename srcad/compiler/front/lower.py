@@ -699,8 +699,9 @@ class _Lowerer:
             self.loops.append((None, cont))
             body = self.loop_body(s.body, cont, origin)
             self.loops.pop()
-            self.emit(For(var, start, stop, step, body, origin,
-                          parallel=loop_kind(self.info, s.iter.func) == "prange"))
+            kind = loop_kind(self.info, s.iter.func)
+            self.emit(For(var, start, stop, step, body, origin, parallel=kind in ("prange", "phase"),
+                          phase=kind == "phase"))
             return
         if not (isinstance(step, Const) and step.value != 0):
             raise self.err(s, "`break` or `return` inside a for loop with a non-constant step",

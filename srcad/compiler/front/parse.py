@@ -16,6 +16,7 @@ import numpy as np
 
 from ...source import StaleSourceError, capture_source
 from ..errors import TransformError, refuse
+from ..runtime import threads_between_barriers
 from ..ir import Origin
 
 
@@ -211,11 +212,13 @@ def _fenced_nodes(stmt):
 
 def loop_kind(info, func):
     """What a `for` header calls: "range" (the builtin), "prange" (`numba.prange`, by any name or
-    through the numba module), else None."""
+    through the numba module), "phase" (`runtime.threads_between_barriers`), else None."""
     if isinstance(func, ast.Name):
         meaning = resolve(info, func.id)
         if meaning == ("builtin", "range"):
             return "range"
+        if info.namespace.get(func.id) is threads_between_barriers:
+            return "phase"
         return "prange" if meaning[0] == "unknown" and meaning[1] is numba.prange else None
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
         module = info.namespace.get(func.value.id)

@@ -230,7 +230,10 @@ class If(Stmt):
 class For(Stmt):
     """`for var in range(start, stop, step)`; the bounds are read once, on entry. `parallel`: the
     iterations may run at once (`numba.prange`): each binds its own names, and writes no element
-    another iteration reads or writes, except sums (`s += v`) that Numba combines as reductions."""
+    another iteration reads or writes, except sums (`s += v`) that Numba combines as reductions.
+    `phase`: a parallel loop over the threads of a kernel between two barriers (srcad/cuda/phases.py):
+    its iterations are independent by CUDA's rules (no thread reads an element another thread of the
+    phase writes) whatever indices they use, which no analysis has to prove."""
     var: str
     start: Expr
     stop: Expr
@@ -238,6 +241,7 @@ class For(Stmt):
     body: list
     origin: Optional[Origin] = None
     parallel: bool = False
+    phase: bool = False
 
 
 @dataclass(eq=False)
