@@ -10,7 +10,8 @@ over repetitions and as a ratio to PyTorch:
   ``sum(relu(x @ W + b))`` with x (256, 512), W (512, 512), b (512,), gradient
   with respect to W and b.
 
-Peers (tensorflow, torch, autograd) are optional: one that fails to import is
+Also JAX (``jit(grad)``) and TensorFlow's ``tf.function`` of the same step.
+Peers (tensorflow, torch, autograd, jax) are optional: one that fails to import is
 skipped.  Run:  python benchmarks/eager_overhead.py [--reps 15] [--quick] [--threads 1]
 
 Every framework gets the same number of BLAS / intra-op threads (``--threads``,
@@ -39,6 +40,8 @@ THREADS = _threads_from_argv(sys.argv[1:])
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "TF_NUM_INTRAOP_THREADS"):
     os.environ[_var] = str(THREADS)  # before NumPy / torch / TensorFlow start their pools
 os.environ["TF_NUM_INTEROP_THREADS"] = "1"
+if THREADS == 1:
+    os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
@@ -119,14 +122,41 @@ def scalar_tensorflow():
     return step, lambda: float(step().numpy())
 
 
+def scalar_jax():
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    grad = jax.jit(jax.grad(lambda x: x * x * x))
+    x = jax.numpy.float64(3.0)
+
+    def step():
+        return grad(x).block_until_ready()
+
+    return step, lambda: float(step())
+
+
+def scalar_tf_function():
+    tf = _tensorflow()
+
+    x = tf.Variable(3.0, dtype=tf.float64)
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            y = x * x * x
+        return tape.gradient(y, x)
+
+    return step, lambda: float(step().numpy())
+
+
 # -- the dense case: sum(relu(x @ W + b)), gradient w.r.t. W and b -----------------------------------
 
 
-def _dense_data():
+def dense_data(dtype=np.float32):
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((BATCH, IN)).astype(np.float32)
-    w = (rng.standard_normal((IN, OUT)) / np.sqrt(IN)).astype(np.float32)
-    b = (rng.standard_normal(OUT) * 0.1).astype(np.float32)
+    x = rng.standard_normal((BATCH, IN)).astype(dtype)
+    w = (rng.standard_normal((IN, OUT)) / np.sqrt(IN)).astype(dtype)
+    b = (rng.standard_normal(OUT) * 0.1).astype(dtype)
     return x, w, b
 
 
@@ -134,8 +164,8 @@ def _dense_check(grad_w, grad_b):
     return np.concatenate([np.ravel(grad_w), np.ravel(grad_b)])
 
 
-def dense_srcad():
-    x, w, b = _dense_data()
+def dense_srcad(dtype=np.float32):
+    x, w, b = dense_data(dtype)
     layer = nn.Dense(OUT, activation=nn.relu)
     xt = ad.constant(x)
     layer(xt)  # build, then put the shared weights in
@@ -154,10 +184,10 @@ def dense_srcad():
     return step, check
 
 
-def dense_torch():
+def dense_torch(dtype=np.float32):
     torch = _torch()
 
-    x, w, b = (torch.from_numpy(a) for a in _dense_data())
+    x, w, b = (torch.from_numpy(a) for a in dense_data(dtype))
     w.requires_grad_(True)
     b.requires_grad_(True)
 
@@ -172,11 +202,11 @@ def dense_torch():
     return step, check
 
 
-def dense_autograd():
+def dense_autograd(dtype=np.float32):
     import autograd
     import autograd.numpy as anp
 
-    x, w, b = _dense_data()
+    x, w, b = dense_data(dtype)
     grad = autograd.grad(lambda w, b: anp.sum(anp.maximum(x @ w + b, 0.0)), argnum=(0, 1))
 
     def step():
@@ -189,10 +219,10 @@ def dense_autograd():
     return step, check
 
 
-def dense_tensorflow():
+def dense_tensorflow(dtype=np.float32):
     tf = _tensorflow()
 
-    x, w, b = _dense_data()
+    x, w, b = dense_data(dtype)
     x = tf.constant(x)
     w, b = tf.Variable(w), tf.Variable(b)
 
@@ -208,13 +238,51 @@ def dense_tensorflow():
     return step, check
 
 
+def dense_jax(dtype=np.float32):
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_enable_x64", True)
+    x, w, b = (jnp.asarray(a) for a in dense_data(dtype))
+    grad = jax.jit(jax.grad(lambda w, b: jnp.sum(jax.nn.relu(x @ w + b)), argnums=(0, 1)))
+
+    def step():
+        return jax.block_until_ready(grad(w, b))
+
+    def check():
+        gw, gb = step()
+        return _dense_check(np.asarray(gw), np.asarray(gb))
+
+    return step, check
+
+
+def dense_tf_function(dtype=np.float32):
+    tf = _tensorflow()
+
+    x, w, b = dense_data(dtype)
+    x = tf.constant(x)
+    w, b = tf.Variable(w), tf.Variable(b)
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.nn.relu(x @ w + b))
+        return tape.gradient(loss, [w, b])
+
+    def check():
+        gw, gb = step()
+        return _dense_check(gw.numpy(), gb.numpy())
+
+    return step, check
+
+
 CASES = {
     "scalar": ("y = x*x*x, tape.gradient(y, x)  (scalar float64 variable)",
-               {"srcad": scalar_srcad, "tensorflow": scalar_tensorflow, "torch": scalar_torch,
-                "autograd": scalar_autograd}),
+               {"srcad": scalar_srcad, "tensorflow": scalar_tensorflow, "tf.function": scalar_tf_function,
+                "torch": scalar_torch, "autograd": scalar_autograd, "jax": scalar_jax}),
     "dense": (f"Dense forward+gradient: sum(relu(x @ W + b)), x {BATCH}x{IN}, W {IN}x{OUT}, float32",
-              {"srcad": dense_srcad, "tensorflow": dense_tensorflow, "torch": dense_torch,
-               "autograd": dense_autograd}),
+              {"srcad": dense_srcad, "tensorflow": dense_tensorflow, "tf.function": dense_tf_function,
+               "torch": dense_torch, "autograd": dense_autograd, "jax": dense_jax}),
 }
 
 

@@ -169,8 +169,9 @@ def srcad_gradient(f, params, n):
     return loss, tape.gradient(loss, p)
 
 
-def jax_loss(p, n, dt):
-    """The same loss in JAX, its loop a `lax.fori_loop` (what JAX compiles well); needs jax_enable_x64."""
+def jax_loss(p, n, dt, unroll=1):
+    """The same loss in JAX, its loop a `lax.fori_loop` (what JAX compiles well; `unroll` steps per iteration
+    of the loop XLA compiles); needs jax_enable_x64."""
     import jax
     import jax.numpy as jnp
 
@@ -183,8 +184,28 @@ def jax_loss(p, n, dt):
         k4 = f(x + dt * k3[0], y + dt * k3[1])
         return (x + dt / 6 * (k1[0] + 2 * k2[0] + 2 * k3[0] + k4[0]),
                 y + dt / 6 * (k1[1] + 2 * k2[1] + 2 * k3[1] + k4[1]))
-    x, y = jax.lax.fori_loop(0, n, step, (jnp.float64(X0), jnp.float64(Y0)))
+    x, y = jax.lax.fori_loop(0, n, step, (jnp.float64(X0), jnp.float64(Y0)), unroll=unroll)
     return x * x + y * y
+
+
+def torch_gradient(params, n):
+    """The gradient by PyTorch's eager autograd: a graph of scalar tensors, some 40 nodes per step."""
+    import torch
+
+    p = torch.tensor(params, requires_grad=True, dtype=torch.float64)
+    a, b, c, d = p[0], p[1], p[2], p[3]
+    x = torch.tensor(X0, dtype=torch.float64)
+    y = torch.tensor(Y0, dtype=torch.float64)
+    dt = dt_for(n)
+    for _ in range(n):
+        f = lambda x, y: (a * x - b * x * y, d * x * y - c * y)  # noqa: E731
+        k1 = f(x, y)
+        k2 = f(x + 0.5 * dt * k1[0], y + 0.5 * dt * k1[1])
+        k3 = f(x + 0.5 * dt * k2[0], y + 0.5 * dt * k2[1])
+        k4 = f(x + dt * k3[0], y + dt * k3[1])
+        x, y = (x + dt / 6 * (k1[0] + 2 * k2[0] + 2 * k3[0] + k4[0]),
+                y + dt / 6 * (k1[1] + 2 * k2[1] + 2 * k3[1] + k4[1]))
+    return torch.autograd.grad(x * x + y * y, p)[0].numpy()
 
 
 def _peers():
@@ -200,27 +221,9 @@ def _peers():
     except Exception:
         pass
     try:
-        import torch
+        import torch  # noqa: F401
 
-        def tgrad(n):
-            if n > 20000:
-                return None           # eager autograd graph too large / slow
-            p = torch.tensor(PARAMS, requires_grad=True, dtype=torch.float64)
-            a, b, c, d = p[0], p[1], p[2], p[3]
-            x = torch.tensor(X0, dtype=torch.float64)
-            y = torch.tensor(Y0, dtype=torch.float64)
-            dt = dt_for(n)
-            for _ in range(n):
-                f = lambda x, y: (a * x - b * x * y, d * x * y - c * y)  # noqa: E731
-                k1 = f(x, y)
-                k2 = f(x + 0.5 * dt * k1[0], y + 0.5 * dt * k1[1])
-                k3 = f(x + 0.5 * dt * k2[0], y + 0.5 * dt * k2[1])
-                k4 = f(x + dt * k3[0], y + dt * k3[1])
-                x, y = (x + dt / 6 * (k1[0] + 2 * k2[0] + 2 * k3[0] + k4[0]),
-                        y + dt / 6 * (k1[1] + 2 * k2[1] + 2 * k3[1] + k4[1]))
-            (x * x + y * y).backward()
-            return p.grad.numpy()
-        peers["torch eager"] = tgrad
+        peers["torch eager"] = lambda n: None if n > 20000 else torch_gradient(PARAMS, n)  # graph too large
     except Exception:
         pass
     return peers
