@@ -151,11 +151,6 @@ def adbench_models():
     return importlib.import_module("adbench_models")
 
 
-def golden_objective(rel):
-    """ADBench's objective value for the data file `rel`, or None."""
-    return adbench_models().read_golden_objectives(adbench_path("golden/objectives.txt")).get(rel)
-
-
 def golden_gradient(rel, shapes):
     """The golden gradient of data file `rel` split into arrays of `shapes` (in order), or None where it
     was not computed."""
