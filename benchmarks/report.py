@@ -116,6 +116,9 @@ def markdown(results, compiled, general, args, elapsed):
                 "workload's first reuse the code compiled for it (same argument types): their first call is "
                 "compiled code's first run.", "",
                 *compile_table(compiled), ""]
+    explained = [f"* {r.workload} {r.size}: {r.note}" for r in results if r.note]
+    if explained:
+        out += ["## Notes on rows", "", *explained, ""]
     notes = messages(results, general)
     out += ["## Left out, failed or dropped", "", *(notes or ["None: every tool ran and agreed."]), ""]
     return "\n".join(out)
