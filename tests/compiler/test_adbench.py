@@ -95,9 +95,13 @@ def test_lstm_objective_and_gradient(path):
     np.testing.assert_array_equal(args[2], state_before)   # the state input is not modified
 
 
-def test_gmm_hessian_by_jacobians_of_the_gradient():
+def test_gmm_hessian_by_jacobians_of_the_gradient(monkeypatch):
     """ADBench GMM d2 K5 (30 parameters): the full Hessian, as jacobians of the compiled gradient over
-    nested tapes, is symmetric to rounding and agrees with finite differences of the gradient."""
+    nested tapes, is symmetric to rounding and agrees with finite differences of the gradient. Its batches
+    of rows run serially: the parallel twin of a batch compiles again for minutes here, and test_rows
+    checks parallel batches against serial ones."""
+    from srcad.compiler import rows
+    monkeypatch.setattr(rows, "PAYS_SECONDS", float("inf"))
     path = "gmm/1k/gmm_d2_K5.txt"
     args = M.gmm_args(M.read_gmm(os.path.join(M.DATA_DIR, path)))
     f = compiled(M.gmm_objective)
