@@ -37,8 +37,8 @@ CASES = {   # kernel, blocks, threads, arguments (x first; its output buffer las
     "block_sums": (B.block_sums, 3, 32, lambda x: (x[:70], np.zeros(3)), lambda x: _block_sums(np.r_[x[:70], [0] * 26])),
     "halo_stencil": (B.halo_stencil, 3, 32, lambda x: (x[:80], np.array([0.7]), np.zeros(80)),
                      lambda x: _halo_stencil(x[:80], [0.7])),
-    "smooth_in_blocks": (B.smooth_in_blocks, 2, 32, lambda x: (x[:64], 3, np.zeros(64)),
-                         lambda x: _smooth_in_blocks(x[:64], 3)),
+    "smooth_in_blocks": (B.smooth_in_blocks, 2, 32, lambda x: (x[:64], 2, np.zeros(64)),
+                         lambda x: _smooth_in_blocks(x[:64], 2)),
 }
 ON_THE_GPU = ["block_sums", "halo_stencil"]    # (what the cuda target takes: see the refusal below)
 _KERNELS = {}
@@ -129,7 +129,7 @@ def test_a_phase_overwriting_what_its_adjoint_needs_is_refused_on_the_cuda_targe
                                                 r"for another kernel .*line \d+: `tile\[t\] = 0.25 \* left.*`\) cannot "
                                                 r"run on the cuda target. .*target=\"cpu\""):
         with ad.GradientTape():
-            _case("smooth_in_blocks", "cuda")[0][2, 32](ad.Variable(_x()[:64]), 3, np.zeros(64))
+            _case("smooth_in_blocks", "cuda")[0][2, 32](ad.Variable(_x()[:64]), 2, np.zeros(64))
 
 
 def test_too_many_phases_in_one_launch_are_refused():
