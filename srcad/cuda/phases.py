@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from numba import cuda
+from numba.core import types as numba_types
+from numba.np.numpy_support import as_dtype
 
 from ..compiler.errors import TransformError
 
@@ -245,13 +247,12 @@ def _check_uniform(e, s, g, refuse, known):
 
 def _refuse_early_returns(tree, segments, refuse):
     """A thread may stop (`return`) only after the last barrier: the other phases would miss it."""
-    last = set(segments[-1].paths) if segments and segments[-1].last else set()
     for s in segments:
         if s.last:
             continue
         for path in s.paths:
             for n in ast.walk(_at(tree, path)):
-                if isinstance(n, ast.Return) and path not in last:
+                if isinstance(n, ast.Return):
                     raise refuse(n, "a `return` before a barrier", "let every thread reach cuda.syncthreads(): "
                                  "put the work under `if` instead of returning early")
 
@@ -454,9 +455,10 @@ def uniform_scope(pyfunc, blocks, threads, params, args):
 
 def shared_allocation(call, scope, blocks_total):
     """`(shape + (blocks,), dtype)` of a `cuda.shared.array(shape, dtype)` call, evaluated now."""
-    shape_e, dtype_e = (list(call.args) + [kw.value for kw in call.keywords])[:2]
+    given = dict(zip(("shape", "dtype"), call.args)) | {kw.arg: kw.value for kw in call.keywords}
+    shape_e, dtype_e = given["shape"], given["dtype"]
     shape = eval(compile(ast.Expression(shape_e), "<shared>", "eval"), scope)
     dtype = eval(compile(ast.Expression(dtype_e), "<shared>", "eval"), scope)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    return shape + (blocks_total,), np.dtype(str(dtype))
+    return shape + (blocks_total,), as_dtype(dtype) if isinstance(dtype, numba_types.Type) else np.dtype(dtype)
 
