@@ -219,7 +219,8 @@ def dense_autograd(dtype=np.float32):
     return step, check
 
 
-def dense_tensorflow(dtype=np.float32):
+def dense_tensorflow(dtype=np.float32, compiled=False):
+    """TensorFlow's step, eager or (`compiled`) inside `tf.function`."""
     tf = _tensorflow()
 
     x, w, b = dense_data(dtype)
@@ -230,6 +231,7 @@ def dense_tensorflow(dtype=np.float32):
         with tf.GradientTape() as tape:
             loss = tf.reduce_sum(tf.nn.relu(x @ w + b))
         return tape.gradient(loss, [w, b])
+    step = tf.function(step) if compiled else step
 
     def check():
         gw, gb = step()
@@ -257,23 +259,7 @@ def dense_jax(dtype=np.float32):
 
 
 def dense_tf_function(dtype=np.float32):
-    tf = _tensorflow()
-
-    x, w, b = dense_data(dtype)
-    x = tf.constant(x)
-    w, b = tf.Variable(w), tf.Variable(b)
-
-    @tf.function
-    def step():
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(tf.nn.relu(x @ w + b))
-        return tape.gradient(loss, [w, b])
-
-    def check():
-        gw, gb = step()
-        return _dense_check(gw.numpy(), gb.numpy())
-
-    return step, check
+    return dense_tensorflow(dtype, compiled=True)
 
 
 CASES = {

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import harness, timing
-from .harness import Row, arrays, describe
+from .harness import arrays, describe
 
 TOLERANCE = 1e-8
 PRIMAL = "primal"

@@ -74,6 +74,7 @@ class Kernel:
         self._compiled = {}
         self._barriers = None           # (whether it calls cuda.syncthreads or allocates shared memory)
         self._phases = {}               # (scalar parameters, grid dimensions) -> (plan, phase functions)
+        self._launch_sources = {}       # (launch shape, numbers, arrays' shapes) -> phased_launch's (key, make)
         params = list(inspect.signature(pyfunc).parameters)
         self._output_positions = tuple((o, params.index(o)) for o in outputs)
         self._function = functools.partial(Function, boundscheck=boundscheck, target=target)
@@ -94,7 +95,10 @@ class Kernel:
         value then gets its gradient: 1 where the kernel does not write)."""
         copied = tuple(o for o, k in self._output_positions if k < len(args) and isinstance(args[k], Tensor))
         if self._has_barriers():
-            key, make = phased_launch(self, blocks, threads, copied, args)
+            seen = (blocks, threads, copied, _launch_values(args))      # all the uniform code may read
+            if seen not in self._launch_sources:
+                self._launch_sources[seen] = phased_launch(self, blocks, threads, copied, args)
+            key, make = self._launch_sources[seen]
         else:
             key, make = (len(blocks), copied), functools.partial(launch_function, self, len(blocks), copied)
         launch = self._compiled.get(key)
@@ -132,17 +136,17 @@ def launch_function(k, ndim, copied=()):
     total = _product([_name(n) for n in widths])
     call = ast.Expr(ast.Call(_name(f"{name}_thread"),
                              [_name(n) for n in [THREAD] + blocks + threads + widths + params], []))
-    loop = ast.For(ast.Name(THREAD, ast.Store()), _thread_range(k, total), [call], [])
+    loop = ast.For(ast.Name(THREAD, ast.Store()), _thread_range(k, total, _attr(_name("numba"), "prange")), [call], [])
     text, namespace = _launch_module(k, ndim, copied, [loop])
     namespace[f"{name}_thread"] = body
     return _made_launch(name, text, namespace)
 
 
-def _thread_range(k, total):
-    """`numba.prange(total)`, or `range(total)` on the cpu target where threads add atomically (Numba's
-    threads would race on them)."""
-    parallel = k.target != "cpu" or not _adds_atomically(k.python_function)
-    return ast.Call(_attr(_name("numba"), "prange") if parallel else _name("range"), [total], [])
+def _thread_range(k, total, parallel):
+    """`parallel(total)` (a parallel loop's header), or `range(total)` on the cpu target where threads add
+    atomically (Numba's threads would race on them)."""
+    serial = k.target == "cpu" and _adds_atomically(k.python_function)
+    return ast.Call(_name("range") if serial else parallel, [total], [])
 
 
 def _launch_module(k, ndim, copied, statements):
@@ -185,11 +189,10 @@ def phased_launch(k, blocks, threads, copied, args):
     made = [_name(n) for n in list(plan.shared) + [phases.CARRY + v for v in plan.carried]]
     fixed = [_name(n) for n in [THREAD] + bnames + tnames + wnames + params] + made
 
+    header = _thread_range(k, _const(total), _name(PHASE_RANGE))
+
     def phase(seg, values):
         call = ast.Call(_name(f"{name}_phase{seg}"), fixed + [_const(_plain(v)) for v in values], [])
-        header = _thread_range(k, _const(total))
-        if isinstance(header.func, ast.Attribute):          # (a parallel loop: one between barriers)
-            header.func = _name(PHASE_RANGE)
         return ast.For(ast.Name(THREAD, ast.Store()), header, [ast.Expr(call)], [])
     loops = phases.Emitter(plan, pyfunc, scope, phase).run(plan.items)
     arrays = [(n,) + phases.shared_allocation(c, scope, nblocks) for n, c in plan.shared.items()]
@@ -203,6 +206,12 @@ def phased_launch(k, blocks, threads, copied, args):
     namespace.update({f"{name}_phase{i}": f for i, f in enumerate(functions)})
     namespace[PHASE_RANGE] = threads_between_barriers
     return text, functools.partial(_made_launch, name, text, namespace)
+
+
+def _launch_values(args):
+    """What the uniform code of a launch may read of its arguments: numbers, and arrays' shapes and dtypes."""
+    return tuple((type(a), a) if isinstance(a, (int, float, np.number)) else
+                 (type(a), getattr(a, "shape", None), str(getattr(a, "dtype", ""))) for a in args)
 
 
 def _plain(v):

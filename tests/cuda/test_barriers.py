@@ -89,7 +89,7 @@ def test_barrier_kernel_on_the_cuda_target_matches_the_cpu_target(name):
     np.testing.assert_allclose(_gradient(name, x0, "cuda"), _gradient(name, x0), rtol=1e-12, atol=1e-14)
 
 
-@pytest.mark.parametrize("name", ["block_sums", "smooth_in_blocks"])
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_barrier_kernel_second_order(name):
     """A Hessian-vector product through the kernel's gradient, against finite differences of the gradient."""
     rng = np.random.default_rng(5)
