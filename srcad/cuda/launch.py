@@ -22,16 +22,21 @@ import numpy as np
 from numba import cuda
 
 THREADS_PER_BLOCK = 128
-HOST_NAMES = ("run_threads", "thread_buffer", "check_loop_index")           # what generated host code calls
+HOST_NAMES = ("run_threads", "thread_buffer", "check_loop_index", "trip_count")           # what generated host code calls
 _PTX = threading.local()
 _TIMES = threading.local()
+
+
+def trip_count(start, stop, step):
+    """How many iterations range(start, stop, step) runs (host code's twin of the CPU's)."""
+    return len(range(start, stop, step))
 
 
 def check_loop_index(a, axis, start, stop, step, scale, offset, site, runs):
     """The host code's check, before a kernel runs, of the indices `scale * i + offset` its threads take
     in `a` along `axis` for i in range(start, stop, step) (the CPU's `runtime.check_loop_index`):
     the IndexError of the first one out of range."""
-    n, trips = a.shape[axis], len(range(start, stop, step))
+    n, trips = a.shape[axis], trip_count(start, stop, step)
     if trips == 0 or runs <= 0:
         return
     first, delta = scale * start + offset, scale * step

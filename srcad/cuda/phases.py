@@ -28,6 +28,7 @@ indexed by the block in its last axis, so that `tile[cuda.threadIdx.x]` is
 the thread's own element.
 """
 import ast
+import builtins
 import copy
 import types
 from dataclasses import dataclass, field
@@ -166,7 +167,7 @@ def _uniform_names(tree, g, refuse):
                 if more:
                     wanted |= more
                     grew = True
-    return wanted - {a.arg for a in tree.args.args} - set(g)
+    return wanted - {a.arg for a in tree.args.args} - set(g) - set(vars(builtins))
 
 
 def _assigned(s):

@@ -1,7 +1,7 @@
 """Kernels with shared memory and barriers (`cuda.syncthreads()`), as Numba users write them."""
 import math
 
-from numba import cuda, float64
+from numba import cuda, float32, float64
 
 
 def block_sums(x, out):
@@ -94,3 +94,31 @@ def shared_in_branch(x, out):
         tile[0] = x[i]
     cuda.syncthreads()
     out[i] = x[i]
+
+
+TILE = 4
+
+
+def tiled_matmul(A, B, C):
+    """Numba's documented shared-memory matrix product as public projects copy it (float32 tiles, a 2-D
+    grid, the tile loop over the grid's width around two barriers), with `tmp = 0.0` for `float32(0.0)`."""
+    sA = cuda.shared.array(shape=(TILE, TILE), dtype=float32)
+    sB = cuda.shared.array(shape=(TILE, TILE), dtype=float32)
+    x, y = cuda.grid(2)
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    bpg = cuda.gridDim.x
+    tmp = 0.0
+    for i in range(bpg):
+        sA[ty, tx] = 0
+        sB[ty, tx] = 0
+        if y < A.shape[0] and (tx + i * TILE) < A.shape[1]:
+            sA[ty, tx] = A[y, tx + i * TILE]
+        if x < B.shape[1] and (ty + i * TILE) < B.shape[0]:
+            sB[ty, tx] = B[ty + i * TILE, x]
+        cuda.syncthreads()
+        for j in range(TILE):
+            tmp += sA[ty, j] * sB[j, tx]
+        cuda.syncthreads()
+    if y < C.shape[0] and x < C.shape[1]:
+        C[y, x] = tmp

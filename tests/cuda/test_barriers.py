@@ -137,3 +137,24 @@ def test_too_many_phases_in_one_launch_are_refused():
     with pytest.raises(ad.TransformError, match=r"smooth_in_blocks: this launch runs more than 256 phases between "
                                                 r"barriers"):
         k[1, 32](np.ones(32), 200, np.zeros(32))
+
+
+def test_the_documented_tiled_matrix_product_to_second_order():
+    """2-D tiles, a 2-D grid, barriers in a loop over the grid's width (uniform), float32: C = A @ B, its
+    gradients W @ B.T and A.T @ W for loss = sum(W * C), and the derivative in B of sum(V * dloss/dA),
+    V.T @ W (closed forms)."""
+    rng = np.random.default_rng(11)
+    A0, B0 = rng.normal(size=(6, 7)).astype(np.float32), rng.normal(size=(7, 5)).astype(np.float32)
+    W, V = rng.normal(size=(6, 5)).astype(np.float32), rng.normal(size=(6, 7)).astype(np.float32)
+    k = ad.kernel(B.tiled_matmul, outputs=["C"], target="cpu")
+    A, Bv = ad.Variable(A0), ad.Variable(B0)
+    with ad.GradientTape(persistent=True) as outer:
+        with ad.GradientTape() as inner:
+            C = k[(2, 2), (B.TILE, B.TILE)](A, Bv, np.zeros((6, 5), np.float32))
+            loss = np.sum(C * W)
+        gA, gB = inner.gradient(loss, [A, Bv])
+        s = np.sum(gA * V)
+    np.testing.assert_allclose(C.numpy(), A0 @ B0, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(gA.numpy(), W @ B0.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(gB.numpy(), A0.T @ W, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(outer.gradient(s, Bv).numpy(), V.T @ W, rtol=1e-5, atol=1e-5)
