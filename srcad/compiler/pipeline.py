@@ -1,7 +1,7 @@
 """The compiler's passes, in order, in one place, and the pass manager that runs them.
 
     source --lower--> primal IR --webs, coalesce, bounds--> (cache key) --types--> typed primal
-      --inplace, aliasing, activity, optional--> facts --reverse--> forward, adjoint
+      --inplace, aliasing, activity, optional--> facts --results, reverse--> forward, adjoint
       --cleanup, accumulate--> (kept: `Program.ir`) --lower_stacks, zero_guards, first_writes, share-->
       the target's IR
 
@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from numba.core import types as nb_types
 
+from .ad.results import name_results
 from .ad.reverse import reverse
 from .analysis.activity import analyse_activity
 from .analysis.aliasing import analyse_aliasing
@@ -112,6 +113,11 @@ def _optional(program):
     return program
 
 
+def _results(program):
+    name_results(program.primal, program.backend.policy)
+    return program
+
+
 def _reverse(program):
     program.forward, program.adjoint = reverse(program.primal, program.backend.policy)
     return program
@@ -184,6 +190,7 @@ PASSES = [
     Pass("aliasing", _aliasing),
     Pass("activity", _activity),
     Pass("optional", _optional, ("primal",), (Lowered, Bounds, Aliasing, Activity, OptionalValues)),
+    Pass("results", _results, ("primal",), (Lowered, Bounds, Aliasing, Activity, OptionalValues)),
     Pass("reverse", _reverse),
     Pass("cleanup", _cleanup, ("forward", "adjoint"), (Reverse, Aliasing)),
     Pass("accumulate", _accumulate, ("adjoint",), (Reverse, Aliasing)),

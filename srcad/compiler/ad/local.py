@@ -26,18 +26,21 @@ from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Compare, Const, Gl
 from ..ir.facts import Activity
 from ..ir.forms import data_names, is_atom, is_tree, leaves
 from ..ir.visit import all_blocks, children, clone, defines, names_in, own_exprs, subexpressions, walk
-from .rules import (ARRAY_RULES, ELEMENTWISE, JOINS, NONDIFF, instantiate, is_elementwise, partials_of, no_rule)
+from .rules import (ARRAY_RULES, ELEMENTWISE, FROM_RESULT, JOINS, NONDIFF, instantiate, is_elementwise, partials_of,
+                    no_rule)
 
 _SHAPE_ONLY_CALLS = frozenset({"np.zeros_like", "np.empty_like", "np.shape", "np.size", "len", "np.ndim"})
 
 
 class LocalAdjoints:
     """The adjoints of the statements of `fn` (typed, with activity), memoized per statement.
-    `shape_varying`: arrays whose bindings may differ in shape (their adjoints are made again)."""
+    `shape_varying`: arrays whose bindings may differ in shape (their adjoints are made again).
+    `keeps_results`: partials of `rules.FROM_RESULT` read the statement's result (`result_read`)."""
 
-    def __init__(self, fn, shape_varying=frozenset()):
+    def __init__(self, fn, shape_varying=frozenset(), keeps_results=False):
         self.fn = fn
         self.shape_varying = shape_varying
+        self.keeps_results = keeps_results
         self.active = fn.facts.of(Activity).active
         self.d = {}
         self.memo = {}
@@ -110,8 +113,22 @@ class LocalAdjoints:
             return self._pop(s) if s.stack in self.active else self._pop_inactive(s)
         return []
 
+    def result_read(self, s):
+        """The name `s` binds its result to where the adjoint of `s` reads that result, not the
+        arguments, for its partial (`y = math.tanh(x)`: `d_x += d_y * (1.0 - y * y)`), else None. The
+        reverse sweep then runs that adjoint before it brings back `y`'s earlier value."""
+        if not self.keeps_results or not isinstance(s, Assign) or s.target not in self.active:
+            return None
+        v, ty = s.value, self.fn.types.get(s.target)
+        if not (isinstance(v, Call) and v.fn in FROM_RESULT and len(v.args) == 1 and not v.keywords):
+            return None
+        if s.target in names_in(v) or s.target in self.shape_varying or ty != value_type(self.fn, v):
+            return None
+        return s.target
+
     def reads(self, s):
-        """(names whose values the adjoint of `s` reads, names it reads at all: shapes included)."""
+        """(names whose values the adjoint of `s` reads, names it reads at all: shapes included). The
+        result `result_read(s)` is among them: a value after `s`, not before."""
         stmts = self.of(s)
         defined = set().union(*(defines(t) for t in walk(stmts)))
         adjoints = set(self.d.values())
@@ -126,7 +143,9 @@ class LocalAdjoints:
     def _assign(self, s):
         v = s.target
         dv = Name(self.adjoint_name(v))
-        contributions = _grouped(self.contributions(s, s.value, self.fn.types.get(v), dv))
+        result = self.result_read(s)
+        contributions = _grouped(self.contributions(s, s.value, self.fn.types.get(v), dv,
+                                                    None if result is None else Name(result)))
         self_uses = [c for c in contributions if data_names(c[0]) == [v]]     # `v`, or an element or view of it
         others = [c for c in contributions if data_names(c[0]) != [v]]
         out = []
@@ -251,16 +270,17 @@ class LocalAdjoints:
         return [self.zero(t.id)] if isinstance(t, Name) and t.id in self.active else []
 
     # ---- contributions -------------------------------------------------------------------------
-    def contributions(self, s, value, out_ty, g):
+    def contributions(self, s, value, out_ty, g, result=None):
         """(atom, adjoint expression, mode, rank of the expression) for each input of `value`, the
-        value statement `s` computes (of type `out_ty`), given its adjoint `g`."""
+        value statement `s` computes (of type `out_ty`), given its adjoint `g`; `result`, the name
+        holding that value where the partial is taken from it (`result_read`)."""
         out_rank = rank(out_ty)
         if isinstance(value, (Name, Subscript)) and is_atom(value):
             return [(value, g, "exact", out_rank)]
         if isinstance(value, (Const, Global, Attribute)):
             return []
         if is_tree(value, is_elementwise):
-            return self.tree(value, out_ty, g)
+            return self.tree(value, out_ty, g, result)
         if isinstance(value, BinOp) and value.op == "@":
             return self.array_rule(s, "@", [value.left, value.right], None, g, out_rank)
         if isinstance(value, Call):
@@ -276,23 +296,24 @@ class LocalAdjoints:
             if fn in JOINS and value.args and isinstance(value.args[0], Tuple):
                 return self.join_rule(fn, list(value.args[0].items), axis, g)
             if fn in ELEMENTWISE:
-                return self.tree(value, out_ty, g)
+                return self.tree(value, out_ty, g, result)
             raise no_rule(s, fn)
         if isinstance(value, (BinOp, UnaryOp, Tuple)) and not any(self.is_active(a) for a in _atoms(value)):
             return []
         raise TransformError(f"{where(s.origin)}: cannot differentiate `{s.origin.text}`. Hint: write it with "
                              f"supported operations (docs/subset.md)")
 
-    def tree(self, root, out_ty, g):
+    def tree(self, root, out_ty, g, result=None):
         """Chain rule down an elementwise tree: one contribution per active leaf, the incoming
-        adjoint times the partials along the path to it."""
+        adjoint times the partials along the path to it; the root's partial from `result`, the name
+        holding its value, where given (`rules.FROM_RESULT`)."""
         all_leaves = leaves(root)
         out_rank = rank(out_ty)
         scalar = not isinstance(out_ty, nt.Array) and \
             not any(isinstance(type_of(self.fn, a), nt.Array) for a in all_leaves)     # a 0-d array is not
         module = "math" if scalar and out_ty == nt.float64 else "np"
         one_array = len({a for a in all_leaves if rank(type_of(self.fn, a)) > 0}) <= 1
-        result = []
+        found = []
 
         def visit(node, factors, negative):
             if is_atom(node):
@@ -300,9 +321,11 @@ class LocalAdjoints:
                     return
                 mode = "exact" if rank(type_of(self.fn, node)) == out_rank and one_array else "reduce"
                 expr = reduce(times, factors, g)
-                result.append((node, UnaryOp("-", expr) if negative else expr, mode, out_rank))
+                found.append((node, UnaryOp("-", expr) if negative else expr, mode, out_rank))
                 return
             children, partials = partials_of(node)
+            if node is root and result is not None:
+                partials = (lambda *_: FROM_RESULT[node.fn](result),)
             for child, partial in zip(children, partials):
                 if partial is None or not any(self.is_active(a) for a in leaves(child)):
                     continue
@@ -314,7 +337,7 @@ class LocalAdjoints:
                 else:
                     visit(child, factors + [p], negative)
         visit(root, [], False)
-        return result
+        return found
 
     def zero_d(self, expr):
         """Does `expr` read a 0-d array (`np.array(x)` of a scalar) or its adjoint? (Then it is one too,

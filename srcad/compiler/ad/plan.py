@@ -52,7 +52,7 @@ class SavePlan:
         self.policy = policy
         self.types = fn.types
         self.facts = loop_facts(fn)
-        self.local = LocalAdjoints(fn, self.facts.shape_varying)
+        self.local = LocalAdjoints(fn, self.facts.shape_varying, policy.keeps_results)
         self.active = fn.facts.of(Activity).active
         self.undo = {s.uid: u for s in walk(fn.body) if (u := undo_of(s, self.types, self.facts.stable))}
         self.counters = {}           # uid of a While -> the name counting its iterations
@@ -87,7 +87,7 @@ class SavePlan:
     def reads(self, s, ctx):
         """Names whose values before `s` the reverse of `s` reads."""
         if has_adjoint(s):
-            out = set(self.local.reads(s)[1])
+            out = set(self.local.reads(s)[1]) - {self.local.result_read(s)}
             v = rebound(s)
             if v in self.facts.shape_varying and v in self.active:
                 out.add(v)            # its adjoint is made again shaped like the previous binding
@@ -118,6 +118,8 @@ class SavePlan:
             return frozenset({self.counters[s.uid]})
         if s.uid in self.undo and self.needs_old(s, ctx, req):
             return frozenset(names_in(self.undo[s.uid].value))
+        if has_adjoint(s) and (result := self.local.result_read(s)) is not None:
+            return frozenset({result})
         return frozenset()
 
     # ---- checkpointing --------------------------------------------------------------------------

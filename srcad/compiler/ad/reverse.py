@@ -192,6 +192,8 @@ class _Reverse:
                 restore = [_copy(undo)]
             elif plan.saves(s, ctx):
                 restore = self._value_save(s, ctx, s.target)[1]
+            if self.local.result_read(s) is not None:      # its adjoint reads what it computed
+                return self.local.of(s) + restore
             return restore + self.local.of(s)
         if written_array(s) is not None:
             return (self._region_save(s, ctx)[1] if plan.saves_region(s, ctx) else []) + self.local.of(s)

@@ -149,6 +149,31 @@ elementwise("srcad.rule_slope", lambda a: srcad.rule_curvature(a))
 elementwise("srcad.rule_midpoint", lambda a, t: Const(0.0), lambda a, t: Const(0.5))
 elementwise("srcad.finite_or_zero", lambda a: Compare("==", a - a, Const(0.0)))
 
+
+# ---- the same partials from the function's result, where that is cheaper ------------------------
+# `y = exp(x)`: d_x += d_y * y reads the value the forward computed instead of calling exp again.
+# Used where the target keeps results (`saving.Policy.keeps_results`) and the result is at hand: the
+# statement binds it to a name its arguments do not read (`LocalAdjoints.result_read`).
+
+FROM_RESULT = {}
+
+
+def of_result(names, partial):
+    """Register the partial of the one-argument functions `names` in terms of their result."""
+    for name in names.split():
+        FROM_RESULT[name] = partial
+
+
+of_result("np.exp math.exp", lambda y: y)
+of_result("np.expm1 math.expm1", lambda y: 1.0 + y)
+of_result("np.exp2", lambda y: 0.6931471805599453 * y)
+of_result("np.tanh math.tanh", lambda y: 1.0 - y * y)
+of_result("np.tan math.tan", lambda y: 1.0 + y * y)
+of_result("np.sqrt math.sqrt", lambda y: 0.5 / y)
+of_result("np.cbrt", lambda y: 1.0 / (3.0 * (y * y)))
+of_result("np.reciprocal", lambda y: -(y * y))
+
+
 # Python operators, by their IR spelling.
 OPERATORS = {
     "+": (lambda a, b: Const(1.0), lambda a, b: Const(1.0)),
@@ -997,5 +1022,5 @@ def partials_of(node):
     return list(node.args), ELEMENTWISE[node.fn]
 
 
-__all__ = ["ELEMENTWISE", "OPERATORS", "NONDIFF", "ARRAY_RULES", "ArrayRule", "JOINS", "JoinRule", "elementwise", "is_elementwise",
+__all__ = ["ELEMENTWISE", "FROM_RESULT", "OPERATORS", "NONDIFF", "ARRAY_RULES", "ArrayRule", "JOINS", "JoinRule", "elementwise", "is_elementwise",
            "has_rule", "instantiate", "partials_of", "power_partial"]

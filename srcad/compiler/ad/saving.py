@@ -47,11 +47,15 @@ class Policy:
     "partials" (a partial sum per thread, summed after the loop) or "atomic" (the target prints such
     an accumulation as an atomic add: a GPU's threads outnumber any partial sums). `products_in_place`:
     code outside parallel loops may write or add a matrix product straight into an adjoint's matrix
-    (`runtime.matmul_into`, one BLAS call; a GPU target's host code runs NumPy instead)."""
+    (`runtime.matmul_into`, one BLAS call; a GPU target's host code runs NumPy instead).
+    `keeps_results`: the adjoint of `y = exp(x)` reads `y` rather than calling exp again
+    (`rules.FROM_RESULT`), and such calls inside larger expressions get names of their own
+    (`ad/results.py`), where a saved value costs less than a call (a CPU; a GPU thread recomputes)."""
     name: str = "cpu"
     growable: bool = True
     shared_sums: str = "partials"
     products_in_place: bool = True
+    keeps_results: bool = True
 
 
 CPU = Policy("cpu", growable=True)
@@ -266,8 +270,9 @@ _ALLOCATIONS = frozenset({"np.zeros", "np.ones", "np.empty", "np.full", "np.aran
 def _find_replays(fn, facts, defs):
     """Integer and boolean temporaries of a for loop's body that the reverse sweep computes again at
     the top of each reversed iteration instead of saving them: bound once, at the body's top level,
-    from the indices of the loops around, values that never change and earlier such temporaries, and
-    read nowhere outside the loop."""
+    from the indices of the loops around, values that never change and earlier such temporaries (an
+    outer loop's included: `w = 2 * layer` outside, `w + 1` in the inner loop), and read nowhere
+    outside the loop."""
     def visit(stmts, indices):
         for s in stmts:
             if isinstance(s, For):
@@ -284,7 +289,7 @@ def _find_replays(fn, facts, defs):
                 if found:
                     facts.replay[s.uid] = found
                     facts.replayed.update(t.target for t in found)
-                visit(s.body, inner)
+                visit(s.body, inner | {t.target for t in found})
             else:
                 for b in blocks(s):
                     visit(b, indices)

@@ -1,0 +1,78 @@
+"""Calls whose partial is cheaper from their result get a name of their own before differentiating.
+
+In `h = outgate * math.tanh(c)` the adjoint needs tanh(c) twice, once for the
+product and once for tanh's own partial, and would call tanh for each. With
+the call named in the primal, `tanh_result = math.tanh(c)` then
+`h = outgate * tanh_result`, the adjoint reads `tanh_result` for both
+(`rules.FROM_RESULT`, `LocalAdjoints.result_read`), and the save analysis
+keeps that value like any other. The same holds for the `exp` inside a
+sigmoid `1.0 / (1.0 + math.exp(-z))`: the value saved is the exponential, not
+`z`, and no exponential is computed again.
+
+Only on a target that keeps results (`saving.Policy.keeps_results`: a saved
+value costs less than a call there), for scalar calls with an active
+argument inside the value of a statement derivatives flow through. (A call
+on arrays is already a temporary array of its own in the primal; its
+adjoint recomputes it where it is not the whole value.)
+"""
+from numba.core import types as nt
+
+from ..analysis.types import type_of
+from ..ir import Accumulate, Assign, Call, Name
+from ..ir.facts import Activity
+from ..ir.forms import leaves
+from ..ir.visit import all_blocks, map_children, rebuild
+from .local import value_type
+from .rules import FROM_RESULT
+
+
+def name_results(fn, policy):
+    """Give, in place, each such call in `fn`'s statements a temporary of its own, bound just before."""
+    if not policy.keeps_results:
+        return fn
+    activity = fn.facts.of(Activity)
+    for block in all_blocks(fn.body):
+        out = []
+        for s in block:
+            before = []
+            if _is_active_value(s, activity.active):
+                s.value = _hoisted(fn, s, activity, before)
+            out += before + [s]
+        block[:] = out
+    return fn
+
+
+def _is_active_value(s, active):
+    if isinstance(s, Assign):
+        return s.target in active
+    if isinstance(s, Accumulate):
+        base = s.target if isinstance(s.target, Name) else s.target.base
+        return isinstance(base, Name) and base.id in active
+    return False
+
+
+def _hoisted(fn, s, activity, before):
+    """`s.value` with its calls of `FROM_RESULT` named, innermost first (bound by statements put in
+    `before`); a call that is the whole value of an assignment is already named by it."""
+    def name(e):
+        if not _worth_naming(fn, e, activity.active):
+            return e
+        t = fn.names.fresh(f"{e.fn.split('.')[-1]}_result")
+        fn.types[t] = value_type(fn, e)
+        for names in (activity.varied, activity.useful, activity.active):
+            names.add(t)
+        before.append(Assign(t, e, s.origin))
+        return Name(t)
+    if isinstance(s, Assign):
+        return map_children(s.value, lambda c: rebuild(c, name))
+    return rebuild(s.value, name)
+
+
+def _worth_naming(fn, e, active):
+    """A scalar call of `FROM_RESULT` on a value derivatives flow through."""
+    if not (isinstance(e, Call) and e.fn in FROM_RESULT and len(e.args) == 1 and not e.keywords):
+        return False
+    atoms = leaves(e.args[0])
+    return isinstance(value_type(fn, e), nt.Float) and \
+        not any(isinstance(type_of(fn, a), nt.Array) for a in atoms) and \
+        any(isinstance(base := getattr(a, "base", a), Name) and base.id in active for a in atoms)

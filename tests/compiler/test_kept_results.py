@@ -1,0 +1,109 @@
+"""Partials taken from results the forward computed (`rules.FROM_RESULT`, `ad/results.py`), and index
+temporaries computed again from an outer loop's (`saving._find_replays`): the adjoint calls no
+transcendental function the primal already called, saves no integer it can recompute, and its
+derivatives, first and second, are those of the function."""
+import math
+import re
+
+import numba
+import numpy as np
+import pytest
+
+import srcad as ad
+from srcad.compiler import pipeline
+from srcad.compiler.ir.printer import function_text
+from srcad.testing import check_function, finite_differences
+
+rng = np.random.default_rng(11)
+
+
+def gated_cells(w, x):
+    """An LSTM-like cell per element: sigmoids written out, tanh inside products, a square root, and the
+    rows of `w` picked by a temporary of the outer loop (`row + 1`)."""
+    h = x.copy()
+    total = 0.0
+    for layer in range(w.shape[0] // 2):
+        row = 2 * layer
+        for i in range(h.shape[0]):
+            gate = 1.0 / (1.0 + math.exp(-(w[row, i] * h[i] + w[row + 1, i])))
+            cell = math.tanh(w[row + 1, i] * h[i])
+            h[i] = gate * math.tanh(cell) + math.sqrt(1.0 + cell * cell)
+            total += h[i] * cell
+    return total
+
+
+def lines_calling(source, fn):
+    return [line for line in source.splitlines() if f"{fn}(" in line and "# from" not in line]
+
+
+def args_of_cells():
+    return rng.uniform(-0.8, 0.8, (4, 5)), rng.uniform(-1.0, 1.0, 5)
+
+
+@pytest.fixture(scope="module")
+def cells():
+    return ad.function(gated_cells)
+
+
+def test_the_adjoint_calls_no_function_whose_result_the_forward_kept(cells):
+    w, x = args_of_cells()
+    adjoint = ad.show_source(cells, "adjoint", w, x)
+    forward = ad.show_source(cells, "forward", w, x)
+    for fn in ("math.exp", "math.tanh", "math.sqrt"):
+        assert not lines_calling(adjoint, fn), (fn, lines_calling(adjoint, fn))
+    # the calls inside larger expressions got names, and their values are kept as the loop overwrites them
+    assert "exp_result = math.exp(" in forward and "tanh_result = math.tanh(cell)" in forward
+    assert "1.0 - tanh_result * tanh_result" in adjoint and "1.0 - cell * cell" in adjoint
+    assert "0.5 / sqrt_result" in adjoint
+
+
+def test_an_index_temporary_of_an_inner_loop_is_computed_again_from_the_outer_loops(cells):
+    """`row + 1` reads `row`, a temporary of the layer loop: the reverse sweep recomputes both, and no
+    integer goes on a stack."""
+    w, x = args_of_cells()
+    forward = ad.show_source(cells, "forward", w, x)
+    adjoint = ad.show_source(cells, "adjoint", w, x)
+    pushed = {line.split("[")[0].strip() for line in forward.splitlines() if "_stack_top] = " in line}
+    assert pushed and not {p for p in pushed if re.fullmatch(r"t\d*_stack", p)}, pushed
+    assert "row = 2 * layer" in adjoint and "= row + 1" in adjoint
+
+
+def test_gradients_equal_finite_differences(cells):
+    w, x = args_of_cells()
+    check_function(cells, (w, x), (0, 1))
+
+
+def test_second_derivatives_equal_finite_differences_of_the_gradient(cells):
+    w, x = args_of_cells()
+    v = rng.uniform(-1.0, 1.0, w.shape)
+
+    def directional(wv):
+        ww = ad.constant(wv)
+        with ad.GradientTape() as tape:
+            tape.watch(ww)
+            out = cells(ww, x)
+        return float(np.sum(tape.gradient(out, ww).numpy() * v))
+
+    ww = ad.constant(w)
+    with ad.GradientTape() as outer:
+        outer.watch(ww)
+        with ad.GradientTape() as inner:
+            inner.watch(ww)
+            out = cells(ww, x)
+        g = inner.gradient(out, ww)
+        gv = np.sum(g * v)
+    hv = outer.gradient(gv, ww).numpy()
+    np.testing.assert_allclose(hv, finite_differences(lambda a: directional(a[0]), (w,), 0), rtol=1e-6, atol=1e-8)
+
+
+def soft_sign(x):
+    return math.exp(-x * x) * math.tanh(x)
+
+
+@pytest.mark.parametrize("target, kept", [("cpu", True), ("cuda", False)])
+def test_only_a_target_that_keeps_results_names_them(target, kept):
+    """A GPU thread computes a call again rather than keep its value (`Policy.keeps_results`)."""
+    program = pipeline.run(soft_sign, (numba.float64,), (True,), until="reverse", target=target)
+    primal, adjoint = function_text(program.primal), function_text(program.adjoint)
+    assert ("exp_result = math.exp(" in primal) == kept and ("tanh_result = math.tanh(" in primal) == kept
+    assert bool(lines_calling(adjoint, "math.tanh")) != kept
