@@ -89,8 +89,11 @@ def numba_cache_of(cache):
 
 
 def run_script(cache, **env_vars):
+    """The script in a fresh process, with Numba's optimization level a user's (the suite's own level,
+    tests/conftest.py, leaves code Numba does not cache)."""
     env = dict(os.environ, SRCAD_CACHE_DIR=str(cache), **env_vars)
     env.pop("SRCAD_BOUNDSCHECK", None)
+    env.pop("NUMBA_OPT", None)
     return subprocess.run([sys.executable, "-c", script()],
                           env=env, capture_output=True, text=True, timeout=120)
 
@@ -115,9 +118,20 @@ def fill(cache, monkeypatch, *pyfuncs):
     return cache
 
 
+def filled_by_a_process(cache):
+    """`cache` as a user's program leaves it (`run_script`), for another such process to find."""
+    check_output(run_script(cache).stdout)
+    return cache
+
+
+def modules_of(cache, pyfunc):
+    """The generated forward/adjoint modules of `pyfunc` (not the primal): one per set of arguments
+    differentiated (the script's plain call has one too: no argument)."""
+    return [p for p in Path(cache).glob(f"{pyfunc.__name__}_*.py") if not p.name.endswith("_primal.py")]
+
+
 def module_of(cache, pyfunc):
-    """The generated forward/adjoint module of `pyfunc` (not the primal)."""
-    [path] = [p for p in Path(cache).glob(f"{pyfunc.__name__}_*.py") if not p.name.endswith("_primal.py")]
+    [path] = modules_of(cache, pyfunc)
     return path
 
 
@@ -139,7 +153,7 @@ def test_group_writable_cache_directory_is_refused_with_one_warning(tmp_path, mo
     assert value == 36.0
     np.testing.assert_allclose(grad, 3 * X ** 2)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")          # one warning per directory, not one per compile
+        warnings.simplefilter("error", CacheWarning)      # one warning per directory, not one per compile
         assert ad.function(cubes)(X).numpy() == 36.0
     assert not list(shared.glob("*.py"))
 
@@ -191,27 +205,27 @@ def test_symlinks_planted_at_temporary_and_final_names_are_not_followed(tmp_path
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="planting a file owned by another uid needs root (chown)")
-def test_module_planted_by_another_user_or_appended_to_is_never_run(tmp_path, monkeypatch):
-    cache = fill(tmp_path / "cache", monkeypatch, scaled_square, cubes)
+def test_module_planted_by_another_user_or_appended_to_is_never_run(tmp_path):
+    cache = filled_by_a_process(tmp_path / "cache")
     marker = tmp_path / "pwned"
     payload = f"\nopen({str(marker)!r}, 'w').write('ran')\n"
-    foreign = module_of(cache, scaled_square)
-    foreign.write_text(foreign.read_text() + payload)
-    os.chown(foreign, 12345, 12345)
-    appended = module_of(cache, cubes)
-    appended.write_text(appended.read_text() + payload)
+    for foreign in modules_of(cache, scaled_square):
+        foreign.write_text(foreign.read_text() + payload)
+        os.chown(foreign, 12345, 12345)
+    for appended in modules_of(cache, cubes):
+        appended.write_text(appended.read_text() + payload)
     result = run_script(cache)
     check_output(result.stdout)
     assert not marker.exists()
     assert "owned by uid 12345" in result.stderr and "does not match the hash" in result.stderr, result.stderr
 
 
-def test_truncated_cache_files_are_discarded_and_recompiled_once(tmp_path, monkeypatch):
-    cache = fill(tmp_path / "cache", monkeypatch, scaled_square, cubes)
-    module = module_of(cache, scaled_square)
-    module.write_text(module.read_text()[:200])                            # srcad's module
-    meta = module.with_suffix(".json")
-    meta.write_text(meta.read_text()[:10])                                 # its description
+def test_truncated_cache_files_are_discarded_and_recompiled_once(tmp_path):
+    cache = filled_by_a_process(tmp_path / "cache")
+    for module in modules_of(cache, scaled_square):
+        module.write_text(module.read_text()[:200])                        # srcad's module
+        meta = module.with_suffix(".json")
+        meta.write_text(meta.read_text()[:10])                             # its description
     indexes = list(numba_cache_of(cache).glob("*cubes*.nbi"))              # Numba's index
     assert indexes
     for index in indexes:

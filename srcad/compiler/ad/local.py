@@ -35,12 +35,14 @@ _SHAPE_ONLY_CALLS = frozenset({"np.zeros_like", "np.empty_like", "np.shape", "np
 class LocalAdjoints:
     """The adjoints of the statements of `fn` (typed, with activity), memoized per statement.
     `shape_varying`: arrays whose bindings may differ in shape (their adjoints are made again).
-    `keeps_results`: partials of `rules.FROM_RESULT` read the statement's result (`result_read`)."""
+    `overwritten`: where the target keeps results (`Policy.keeps_results`), the names the reverse sweep
+    may have to bring back (`saving.LoopFacts`), which decide where a partial of `rules.FROM_RESULT`
+    reads the statement's result (`result_read`); None where it never does."""
 
-    def __init__(self, fn, shape_varying=frozenset(), keeps_results=False):
+    def __init__(self, fn, shape_varying=frozenset(), overwritten=None):
         self.fn = fn
         self.shape_varying = shape_varying
-        self.keeps_results = keeps_results
+        self.overwritten = overwritten
         self.active = fn.facts.of(Activity).active
         self.d = {}
         self.memo = {}
@@ -116,15 +118,17 @@ class LocalAdjoints:
     def result_read(self, s):
         """The name `s` binds its result to where the adjoint of `s` reads that result, not the
         arguments, for its partial (`y = math.tanh(x)`: `d_x += d_y * (1.0 - y * y)`), else None. The
-        reverse sweep then runs that adjoint before it brings back `y`'s earlier value."""
-        if not self.keeps_results or not isinstance(s, Assign) or s.target not in self.active:
+        reverse sweep then runs that adjoint before it brings back `y`'s earlier value. Chosen where
+        keeping `y` costs no more than calling again: `y` is bound once, or the call reads values the
+        reverse sweep would have to bring back (`kept_is_cheaper`)."""
+        if self.overwritten is None or not isinstance(s, Assign) or s.target not in self.active:
             return None
         v, ty = s.value, self.fn.types.get(s.target)
         if not (isinstance(v, Call) and v.fn in FROM_RESULT and len(v.args) == 1 and not v.keywords):
             return None
         if s.target in names_in(v) or s.target in self.shape_varying or ty != value_type(self.fn, v):
             return None
-        return s.target
+        return s.target if kept_is_cheaper(s.target, v, self.overwritten) else None
 
     def reads(self, s):
         """(names whose values the adjoint of `s` reads, names it reads at all: shapes included). The
@@ -390,6 +394,14 @@ class LocalAdjoints:
         if ra == 0 or expr_rank == 0 or mode in ("exact", "expand"):
             return [Accumulate(target, expr)]
         return [Accumulate(target, expr, reduce=True)]
+
+
+def kept_is_cheaper(name, call, overwritten):
+    """Is keeping the result of `call`, bound to `name`, for the reverse sweep cheaper than calling again?
+    Yes where `name` is bound once (kept at most once), or where the call reads a value that is
+    overwritten (it would be saved in the call's stead); not where it reads only values that stay
+    (`math.exp(x[i])` of an argument: calling again costs no save, keeping costs one per iteration)."""
+    return name not in overwritten or bool(names_in(call) & overwritten)
 
 
 def value_type(fn, e):

@@ -52,7 +52,8 @@ class SavePlan:
         self.policy = policy
         self.types = fn.types
         self.facts = loop_facts(fn)
-        self.local = LocalAdjoints(fn, self.facts.shape_varying, policy.keeps_results)
+        self.local = LocalAdjoints(fn, self.facts.shape_varying,
+                                   self.facts.overwritten if policy.keeps_results else None)
         self.active = fn.facts.of(Activity).active
         self.undo = {s.uid: u for s in walk(fn.body) if (u := undo_of(s, self.types, self.facts.stable))}
         self.counters = {}           # uid of a While -> the name counting its iterations

@@ -21,9 +21,10 @@ from ..analysis.types import type_of
 from ..ir import Accumulate, Assign, Call, Name
 from ..ir.facts import Activity
 from ..ir.forms import leaves
-from ..ir.visit import all_blocks, map_children, rebuild
+from ..ir.visit import all_blocks, map_children, names_in, rebuild
 from .local import value_type
 from .rules import FROM_RESULT
+from .saving import loop_facts
 
 
 def name_results(fn, policy):
@@ -31,12 +32,15 @@ def name_results(fn, policy):
     if not policy.keeps_results:
         return fn
     activity = fn.facts.of(Activity)
+    facts = loop_facts(fn)
+    overwritten = set(facts.overwritten)
     for block in all_blocks(fn.body):
         out = []
         for s in block:
             before = []
             if _is_active_value(s, activity.active):
-                s.value = _hoisted(fn, s, activity, before)
+                looped = facts.innermost.get(s.uid) is not None
+                s.value = _hoisted(fn, s, activity, before, overwritten if looped else frozenset())
             out += before + [s]
         block[:] = out
     return fn
@@ -51,13 +55,18 @@ def _is_active_value(s, active):
     return False
 
 
-def _hoisted(fn, s, activity, before):
+def _hoisted(fn, s, activity, before, overwritten):
     """`s.value` with its calls of `FROM_RESULT` named, innermost first (bound by statements put in
-    `before`); a call that is the whole value of an assignment is already named by it."""
+    `before`), where keeping the result is cheaper than calling again (`local.kept_is_cheaper`: in a
+    loop, `overwritten` holding what the reverse sweep may bring back, a temporary is bound again each
+    iteration, so only a call reading one of those); a call that is the whole value of an assignment is
+    already named by it."""
     def name(e):
-        if not _worth_naming(fn, e, activity.active):
+        if not _worth_naming(fn, e, activity.active) or overwritten and not names_in(e) & overwritten:
             return e
         t = fn.names.fresh(f"{e.fn.split('.')[-1]}_result")
+        if overwritten:
+            overwritten.add(t)
         fn.types[t] = value_type(fn, e)
         for names in (activity.varied, activity.useful, activity.active):
             names.add(t)

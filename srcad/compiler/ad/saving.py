@@ -129,6 +129,8 @@ class LoopFacts:
     stable: set           # never change once set (invariant names, parameters never rebound)
     innermost: dict       # stmt uid -> the innermost loop around it (None at top level)
     shape_varying: set    # arrays rebound in loops whose shape may change from one binding to the next
+    overwritten: set      # names the reverse sweep may have to bring back: multi (but loop indices) and
+                          # arrays something writes into; what reads none of them is computed again for free
     replay: dict = field(default_factory=dict)   # uid of a For -> statements recomputed atop each reversed iteration
     replayed: set = field(default_factory=set)
 
@@ -155,7 +157,9 @@ def loop_facts(fn):
     multi = {n for n, ds in defs.items() if len(ds) > 1} | looped
     invariant = _invariant(fn, defs)
     stable = invariant | (params - set(defs))
-    facts = LoopFacts(multi, _private(fn), invariant, stable, innermost, _shape_varying(fn, defs, multi))
+    overwritten = {n for n in multi if not _only_header_binds(n, defs)} | \
+        {a for s in walk(body) if (a := written_array(s)) is not None}
+    facts = LoopFacts(multi, _private(fn), invariant, stable, innermost, _shape_varying(fn, defs, multi), overwritten)
     _find_replays(fn, facts, defs)
     return facts
 
