@@ -18,7 +18,7 @@ adjoint recomputes it where it is not the whole value.)
 from numba.core import types as nt
 
 from ..analysis.types import type_of
-from ..ir import Accumulate, Assign, Call, Name
+from ..ir import Accumulate, Assign, Call, Name, Subscript
 from ..ir.facts import Activity
 from ..ir.forms import leaves
 from ..ir.visit import all_blocks, map_children, names_in, rebuild
@@ -39,8 +39,7 @@ def name_results(fn, policy):
         for s in block:
             before = []
             if _is_active_value(s, activity.active):
-                looped = facts.innermost.get(s.uid) is not None
-                s.value = _hoisted(fn, s, activity, before, overwritten if looped else frozenset())
+                s.value = _hoisted(fn, s, activity, before, overwritten, facts.innermost.get(s.uid) is not None)
             out += before + [s]
         block[:] = out
     return fn
@@ -55,17 +54,17 @@ def _is_active_value(s, active):
     return False
 
 
-def _hoisted(fn, s, activity, before, overwritten):
+def _hoisted(fn, s, activity, before, overwritten, looped):
     """`s.value` with its calls of `FROM_RESULT` named, innermost first (bound by statements put in
-    `before`), where keeping the result is cheaper than calling again (`local.kept_is_cheaper`: in a
-    loop, `overwritten` holding what the reverse sweep may bring back, a temporary is bound again each
-    iteration, so only a call reading one of those); a call that is the whole value of an assignment is
-    already named by it."""
+    `before`), where keeping the result is cheaper than calling again (`local.kept_is_cheaper`): outside
+    loops always; in a loop (`looped`), where a temporary is bound again each iteration, only a call
+    reading what the reverse sweep may bring back (`overwritten`, which the temporaries join). A call
+    that is the whole value of an assignment is already named by it."""
     def name(e):
-        if not _worth_naming(fn, e, activity.active) or overwritten and not names_in(e) & overwritten:
+        if not _worth_naming(fn, e, activity.active) or looped and not names_in(e) & overwritten:
             return e
         t = fn.names.fresh(f"{e.fn.split('.')[-1]}_result")
-        if overwritten:
+        if looped:
             overwritten.add(t)
         fn.types[t] = value_type(fn, e)
         for names in (activity.varied, activity.useful, activity.active):
@@ -84,4 +83,4 @@ def _worth_naming(fn, e, active):
     atoms = leaves(e.args[0])
     return isinstance(value_type(fn, e), nt.Float) and \
         not any(isinstance(type_of(fn, a), nt.Array) for a in atoms) and \
-        any(isinstance(base := getattr(a, "base", a), Name) and base.id in active for a in atoms)
+        any(isinstance(base := a.base if isinstance(a, Subscript) else a, Name) and base.id in active for a in atoms)
