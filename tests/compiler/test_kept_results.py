@@ -12,7 +12,7 @@ import pytest
 import srcad as ad
 from srcad.compiler import pipeline
 from srcad.compiler.ir.printer import function_text
-from srcad.testing import check_function, finite_differences
+from srcad.testing import check_function, check_grads, finite_differences
 
 rng = np.random.default_rng(11)
 
@@ -107,3 +107,51 @@ def test_only_a_target_that_keeps_results_names_them(target, kept):
     primal, adjoint = function_text(program.primal), function_text(program.adjoint)
     assert ("exp_result = math.exp(" in primal) == kept and ("tanh_result = math.tanh(" in primal) == kept
     assert bool(lines_calling(adjoint, "math.tanh")) != kept
+
+
+def sigmoid(z):
+    return 1.0 / (1.0 + math.exp(-z))
+
+
+def parallel_cells(w, x):
+    """A prange loop calling a helper, tanh inside products."""
+    out = np.empty(x.shape[0])
+    for i in numba.prange(x.shape[0]):
+        c = math.tanh(w[0] * x[i])
+        out[i] = sigmoid(w[1] * x[i]) * math.tanh(c) + math.sqrt(1.0 + c * c)
+    return np.sum(out * out)
+
+
+def rewritten_work(w, x):
+    """A while loop around a reversed loop rewriting one work array in place."""
+    work = np.zeros(x.shape[0])
+    k = 0
+    total = 0.0
+    while k < w.shape[0]:
+        for i in range(x.shape[0] - 1, -1, -1):
+            work[i] = math.exp(-work[i] * w[k]) * math.tanh(x[i] + work[i])
+            total += work[i] * math.sqrt(1.0 + work[i] ** 2)
+        k += 1
+    return total
+
+
+@pytest.mark.parametrize("fn", [parallel_cells, rewritten_work])
+def test_programs_written_otherwise_at_first_and_second_order(fn):
+    w, x = rng.uniform(0.1, 0.9, 3), rng.uniform(-1.0, 1.0, 6)
+    f = ad.function(fn)
+    check_function(f, (w, x), (0, 1))
+    check_grads(lambda a, b: f(a, b), w, x, order=2)
+
+
+def test_float32_gradients_follow_the_float64_ones():
+    w, x = rng.uniform(0.1, 0.9, 2), rng.uniform(-1.0, 1.0, 7)
+    f = ad.function(parallel_cells)
+    grads = []
+    for dtype in (np.float32, np.float64):
+        vs = [ad.Variable(a.astype(dtype)) for a in (w, x)]
+        with ad.GradientTape() as tape:
+            y = f(*vs)
+        grads.append([g.numpy() for g in tape.gradient(y, vs)])
+    for g32, g64 in zip(*grads):
+        assert g32.dtype == np.float32
+        np.testing.assert_allclose(g32, g64, rtol=2e-4, atol=1e-5)

@@ -26,8 +26,8 @@ from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Compare, Const, Gl
 from ..ir.facts import Activity
 from ..ir.forms import data_names, is_atom, is_tree, leaves
 from ..ir.visit import all_blocks, children, clone, defines, names_in, own_exprs, subexpressions, walk
-from .rules import (ARRAY_RULES, ELEMENTWISE, FROM_RESULT, JOINS, NONDIFF, instantiate, is_elementwise, partials_of,
-                    no_rule)
+from .rules import (ARRAY_RULES, ELEMENTWISE, FROM_RESULT, JOINS, NONDIFF, has_result_partial, instantiate, is_elementwise,
+                    partials_of, no_rule)
 
 _SHAPE_ONLY_CALLS = frozenset({"np.zeros_like", "np.empty_like", "np.shape", "np.size", "len", "np.ndim"})
 
@@ -77,11 +77,7 @@ class LocalAdjoints:
         return Assign(self.adjoint_name(v), Const(0.0))
 
     def is_active(self, atom):
-        if isinstance(atom, Name):
-            return atom.id in self.active
-        if isinstance(atom, Subscript) and isinstance(atom.base, Name) and not isinstance(atom.base, Attribute):
-            return atom.base.id in self.active
-        return False
+        return is_active_atom(atom, self.active)
 
     # ---- statements ----------------------------------------------------------------------------
     def of(self, s):
@@ -124,7 +120,7 @@ class LocalAdjoints:
         if self.overwritten is None or not isinstance(s, Assign) or s.target not in self.active:
             return None
         v, ty = s.value, self.fn.types.get(s.target)
-        if not (isinstance(v, Call) and v.fn in FROM_RESULT and len(v.args) == 1 and not v.keywords):
+        if not has_result_partial(v):
             return None
         if s.target in names_in(v) or s.target in self.shape_varying or ty != value_type(self.fn, v):
             return None
@@ -394,6 +390,15 @@ class LocalAdjoints:
         if ra == 0 or expr_rank == 0 or mode in ("exact", "expand"):
             return [Accumulate(target, expr)]
         return [Accumulate(target, expr, reduce=True)]
+
+
+def is_active_atom(atom, active):
+    """Does the atom `atom` (a name, or an element or region of one) read a name of `active`?"""
+    if isinstance(atom, Name):
+        return atom.id in active
+    if isinstance(atom, Subscript) and isinstance(atom.base, Name) and not isinstance(atom.base, Attribute):
+        return atom.base.id in active
+    return False
 
 
 def kept_is_cheaper(name, call, overwritten):

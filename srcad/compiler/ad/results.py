@@ -18,12 +18,12 @@ adjoint recomputes it where it is not the whole value.)
 from numba.core import types as nt
 
 from ..analysis.types import type_of
-from ..ir import Accumulate, Assign, Call, Name, Subscript
+from ..ir import Accumulate, Assign, Name
 from ..ir.facts import Activity
 from ..ir.forms import leaves
 from ..ir.visit import all_blocks, map_children, names_in, rebuild
-from .local import value_type
-from .rules import FROM_RESULT
+from .local import is_active_atom, value_type
+from .rules import has_result_partial
 from .saving import loop_facts
 
 
@@ -48,10 +48,7 @@ def name_results(fn, policy):
 def _is_active_value(s, active):
     if isinstance(s, Assign):
         return s.target in active
-    if isinstance(s, Accumulate):
-        base = s.target if isinstance(s.target, Name) else s.target.base
-        return isinstance(base, Name) and base.id in active
-    return False
+    return isinstance(s, Accumulate) and is_active_atom(s.target, active)
 
 
 def _hoisted(fn, s, activity, before, overwritten, looped):
@@ -78,9 +75,8 @@ def _hoisted(fn, s, activity, before, overwritten, looped):
 
 def _worth_naming(fn, e, active):
     """A scalar call of `FROM_RESULT` on a value derivatives flow through."""
-    if not (isinstance(e, Call) and e.fn in FROM_RESULT and len(e.args) == 1 and not e.keywords):
+    if not has_result_partial(e):
         return False
     atoms = leaves(e.args[0])
     return isinstance(value_type(fn, e), nt.Float) and \
-        not any(isinstance(type_of(fn, a), nt.Array) for a in atoms) and \
-        any(isinstance(base := a.base if isinstance(a, Subscript) else a, Name) and base.id in active for a in atoms)
+        not any(isinstance(type_of(fn, a), nt.Array) for a in atoms) and any(is_active_atom(a, active) for a in atoms)

@@ -174,6 +174,11 @@ of_result("np.cbrt", lambda y: 1.0 / (3.0 * (y * y)))
 of_result("np.reciprocal", lambda y: -(y * y))
 
 
+def has_result_partial(e):
+    """Is `e` a call whose partial `FROM_RESULT` gives from its result?"""
+    return isinstance(e, Call) and e.fn in FROM_RESULT and len(e.args) == 1 and not e.keywords
+
+
 # Python operators, by their IR spelling.
 OPERATORS = {
     "+": (lambda a, b: Const(1.0), lambda a, b: Const(1.0)),
@@ -1022,5 +1027,5 @@ def partials_of(node):
     return list(node.args), ELEMENTWISE[node.fn]
 
 
-__all__ = ["ELEMENTWISE", "FROM_RESULT", "OPERATORS", "NONDIFF", "ARRAY_RULES", "ArrayRule", "JOINS", "JoinRule", "elementwise", "is_elementwise",
+__all__ = ["ELEMENTWISE", "FROM_RESULT", "has_result_partial", "OPERATORS", "NONDIFF", "ARRAY_RULES", "ArrayRule", "JOINS", "JoinRule", "elementwise", "is_elementwise",
            "has_rule", "instantiate", "partials_of", "power_partial"]
