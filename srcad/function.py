@@ -144,7 +144,7 @@ class Function:
             return call_with_vjp(self, getattr(self.python_function, RULE), args, values)
         transformed = self._transform(values, active)
         if not any(active):
-            return _wrap_outputs(transformed.primal(*values))
+            return _wrap_outputs(transformed.run_primal(*values))
         if transformed.written_params:
             self._refuse_shared_memory(values, transformed.written_params)
         return _recorded_call(self, transformed, args, values, active)
@@ -505,7 +505,7 @@ class DerivedFunction:
             if transformed is None:
                 transformed = self._transforms[key] = self._make(tuple(map(_numba_type, values)), active)
         if not any(active):
-            return _wrap_outputs(transformed.primal(*values))
+            return _wrap_outputs(transformed.run_primal(*values))
         return _recorded_call(self, transformed, args, values, active)
 
 

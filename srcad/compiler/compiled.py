@@ -86,16 +86,26 @@ class Transformed:
                     self._ir = self._ir()
         return self._ir
 
+    def run_primal(self, *args):
+        """The primal on `args`, in the context of a call of the target (the cuda target moves each array
+        to the device once for all the kernels of the call)."""
+        with self.backend.running(self.backend.call_state(args)):
+            return self.primal(*args)
+
     def forward(self, *args):
         try:
             buffers = self._pool.pop()
         except IndexError:
             buffers = tuple(self.backend.new_buffer(d) for d in self._workspace)
         inputs = _copies(args) if self._once else None
-        outputs, saved = self._forward(*args, *buffers)
+        state = None if self._once else self.backend.call_state(args)     # (a re-run forward starts afresh)
+        with self.backend.running(state):
+            outputs, saved = self._forward(*args, *buffers)
         if self._optional:
             outputs = self._none_where_flagged(outputs, saved)
-        return outputs, Saved(saved, self, inputs) if self._workspace or self._once else saved
+        if self._workspace or self._once or state is not None:
+            return outputs, Saved(saved, self, inputs, state)
+        return outputs, saved
 
     def _none_where_flagged(self, outputs, saved):
         """Outputs that may be None are None where the forward's flag says so (it computed a placeholder)."""
@@ -121,13 +131,15 @@ class Transformed:
     def adjoint(self, *args):
         *values, saved, d_out = args
         d_outs = d_out if self.returns_tuple else (d_out,)
+        state = None
         if isinstance(saved, Saved):
             if self._once and saved.used:     # the last adjoint took the buffers back: run the forward again
                 buffers = (self.backend.new_buffer(d) for d in self._workspace)
                 saved.values = self._forward(*_copies(saved.inputs), *buffers)[1]
             saved.used = True
-            saved = saved.values
-        return self._adjoint(*values, *saved, *d_outs)
+            saved, state = saved.values, saved.state
+        with self.backend.running(state):
+            return self._adjoint(*values, *saved, *d_outs)
 
     def adjoint_rows(self, values, saved, d_out_rows, buffers):
         """The adjoint for a batch of cotangents in one compiled call (`rows.py`): `d_out_rows` has one
@@ -173,12 +185,13 @@ class Saved:
     """What a forward saved for its adjoint. When it is dropped (the tape node that held it is gone),
     its stack buffers go back to the function for the next forward instead of back to the OS."""
 
-    __slots__ = ("values", "used", "inputs", "_owner")
+    __slots__ = ("values", "used", "inputs", "state", "_owner")
 
-    def __init__(self, values, owner, inputs=None):
+    def __init__(self, values, owner, inputs=None, state=None):
         self.values = values
         self.used = False
         self.inputs = inputs          # the arguments as the forward got them, where it may have to run again
+        self.state = state            # what else the call's adjoint shares with its forward (`Backend.call_state`)
         self._owner = owner
 
     def __del__(self):

@@ -5,7 +5,9 @@ kernel reads to the device, runs one thread per iteration of the parallel
 loop the kernel came from, copies back the arrays the loop writes, and
 raises the IndexError of an index check that failed on the device (worded
 by `compiled.Checked` like the CPU target's). Buffers only the threads use
-(their saved values: `thread_buffer`) live on the device alone.
+(their saved values: `thread_buffer`) live on the device alone, and the
+arrays a call was given stay there from its forward to its adjoint
+(`Resident`).
 
 `kernel_times()` times each kernel on the device. `compiling_ptx(cc)` is the
 other way of running host code: no GPU and no simulator, each launch
@@ -15,6 +17,7 @@ generated kernels become on a real GPU from it (atomics where threads share
 an element, none where they do not).
 """
 import contextlib
+import functools
 import threading
 
 import numba
@@ -25,6 +28,7 @@ THREADS_PER_BLOCK = 128
 HOST_NAMES = ("run_threads", "thread_buffer", "check_loop_index", "trip_count")           # what generated host code calls
 _PTX = threading.local()
 _TIMES = threading.local()
+_CALL = threading.local()
 
 
 def trip_count(start, stop, step):
@@ -65,9 +69,10 @@ def run_threads(kernel, n, args, written, checked=True):
     on_device = [_to_device(a) for a in args]
     errors = [cuda.to_device(np.zeros(3, np.int64))] if checked else []
     if n > 0:
-        blocks = (n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
+        blocks = min((n + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK, _resident_blocks())
         timed = getattr(_TIMES, "found", None)
         if timed is not None:
+            warm_up()
             start, stop = cuda.event(), cuda.event()
             start.record()
         kernel[blocks, THREADS_PER_BLOCK](n, *on_device, *errors)
@@ -83,18 +88,88 @@ def run_threads(kernel, n, args, written, checked=True):
         raise IndexError(int(site) - 1, int(index), int(size))
 
 
+@functools.cache
+def _resident_blocks():
+    """How many blocks of THREADS_PER_BLOCK threads the device runs at once (generated kernels loop over
+    their iterations by the grid's size: more blocks would only add more partial sums to add)."""
+    device = cuda.get_current_device()
+    sms = getattr(device, "MULTIPROCESSOR_COUNT", 0) or 16
+    per_sm = (getattr(device, "MAX_THREADS_PER_MULTI_PROCESSOR", 0) or 2048) // THREADS_PER_BLOCK
+    return sms * per_sm
+
+
 def _to_device(a):
+    """`a` as a kernel takes it: an array on the device (the call's copy of it if it has one, see
+    `Resident`), a bool, or as it is."""
     if isinstance(a, np.ndarray):
+        resident = getattr(_CALL, "resident", None)
+        if resident is not None:
+            return resident.device_copy(a)
         return cuda.to_device(np.ascontiguousarray(a))
     if isinstance(a, (bool, np.bool_)):
         return bool(a)
     return a
 
 
+class Resident:
+    """The device copies of the arrays one call of a generated function was given, made by the first kernel
+    that reads or writes each and used by the next kernels of its forward and adjoint: an array is moved to
+    the device once per call, not once per kernel. A kernel's writes into one are copied back to the host
+    array after it, so both stay the same (the host code writes into no array it was given: a function
+    whose adjoint restores arrays in place gets no `Resident`). Arrays the host code makes are moved each
+    time."""
+
+    def __init__(self, args):
+        self._given = {id(a): a for a in args if isinstance(a, np.ndarray)}
+        self._copies = {}
+
+    def device_copy(self, a):
+        if self._given.get(id(a)) is not a:
+            return cuda.to_device(np.ascontiguousarray(a))
+        if id(a) not in self._copies:
+            self._copies[id(a)] = cuda.to_device(np.ascontiguousarray(a))
+        return self._copies[id(a)]
+
+
+@contextlib.contextmanager
+def resident(state):
+    """Within it, kernels read the device copies of the call `state` (a `Resident`) holds."""
+    outer = getattr(_CALL, "resident", None)
+    _CALL.resident = state
+    try:
+        yield
+    finally:
+        _CALL.resident = outer
+
+
+def warm_up():
+    """Before a timing window: wait for the copies to the device, then keep every multiprocessor busy for
+    about a millisecond, so that the clocks have left their idle level and the host has launched the next
+    kernel before the window opens (the window then holds that kernel alone). On a real GPU only."""
+    cuda.synchronize()
+    if not numba.config.ENABLE_CUDASIM:
+        _spin[_resident_blocks(), THREADS_PER_BLOCK](200000, _sink())
+
+
+@cuda.jit
+def _spin(steps, sink):
+    x = 1.0
+    for _ in range(steps):
+        x = x * 0.9999999 + 1e-9
+    if x < 0.0:                         # never: keeps the loop
+        sink[0] = x
+
+
+@functools.cache
+def _sink():
+    return cuda.device_array(1)
+
+
 @contextlib.contextmanager
 def kernel_times():
-    """Within it, each launch's kernel is timed on the device (CUDA events, transfers not counted);
-    yields {kernel name: [seconds, ...]} (benchmarks/gpu.py compares them with hand-written kernels)."""
+    """Within it, each launch's kernel is timed on the device (CUDA events; the copies, the host's launch
+    and the clocks' rise from idle not counted: `warm_up`); yields {kernel name: [seconds, ...]}
+    (benchmarks/gpu.py compares them with hand-written kernels timed the same way)."""
     _TIMES.found = {}
     try:
         yield _TIMES.found

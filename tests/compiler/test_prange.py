@@ -240,3 +240,44 @@ def test_the_ir_prints_parallel_loops_as_prange():
     program = pipeline.run(weighted_energy, tuple(numba.typeof(a) for a in args), (True, True, True),
                            until="reverse")
     assert "for i in numba.prange(n):" in pipeline.dump(program)
+
+
+
+def exp_times(x, out):
+    """Each iteration writes its own element of a buffer it was given."""
+    for i in numba.prange(x.shape[0]):
+        out[i] = math.exp(x[i]) * x[i]
+    return out
+
+
+def exp_times_even(x, start):
+    """The even elements of a copy of `start` overwritten: the odd ones keep their starting value."""
+    out = start.copy()
+    for i in numba.prange(x.shape[0]):
+        if i % 2 == 0:
+            out[i] = math.exp(x[i]) * x[i]
+    return out
+
+
+def test_an_output_cotangent_read_once_per_iteration_is_not_zeroed_after():
+    """The adjoint reads `d_out[i]` once in iteration i and no iteration or later statement reads it again:
+    zeroing it after (the cotangent of the buffer's overwritten value) is a store nobody reads, and goes.
+    Where the starting value is differentiated, that cotangent flows on to it: the zeroing stays, and
+    gives the overwritten elements their zero gradient."""
+    f = ad.function(exp_times)
+    x = rng.uniform(-1, 1, 30)
+    X = ad.Variable(x)
+    weights = np.cos(np.arange(30))
+    with ad.GradientTape() as tape:
+        loss = np.sum(weights * f(X, np.zeros(30)))
+    np.testing.assert_allclose(tape.gradient(loss, X).numpy(), weights * np.exp(x) * (1 + x), rtol=1e-12)
+    assert "d_out[i] = 0.0" not in f.source("adjoint")
+    g = ad.function(exp_times_even)
+    start = ad.Variable(np.ones(30))
+    with ad.GradientTape() as tape:
+        loss = np.sum(weights * g(X, start))
+    gx, gstart = tape.gradient(loss, [X, start])
+    even = np.arange(30) % 2 == 0
+    np.testing.assert_allclose(gx.numpy(), np.where(even, weights * np.exp(x) * (1 + x), 0.0), rtol=1e-12)
+    np.testing.assert_array_equal(gstart.numpy(), np.where(even, 0.0, weights))
+    assert "d_out[i] = 0.0" in g.source("adjoint")

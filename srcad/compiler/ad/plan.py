@@ -17,7 +17,7 @@ from numba.core import types as nt
 
 from ..ir import Accumulate, Assign, Effect, For, If, Pop, Push, Store, Subscript, Name, While
 from ..ir.facts import Activity, Aliasing
-from ..ir.visit import blocks, defines, distinct_ids, names_in, own_exprs, walk, written_array
+from ..ir.visit import assigned, blocks, defines, distinct_ids, names_in, own_exprs, walk, written_array
 from ..opt.cleanup import live_in, statement_reads
 from .local import LocalAdjoints, value_names
 from .parallel import carries_only_sums
@@ -70,7 +70,8 @@ class SavePlan:
         planned_inside = set()
         for s in walk(fn.body):
             if isinstance(s, For) and s.uid not in planned_inside and self._consider_checkpoint(s):
-                planned_inside |= {t.uid for t in walk(s.body)}
+                if not self._plans_loops_inside(s):
+                    planned_inside |= {t.uid for t in walk(s.body)}
 
     # ---- the save analysis ----------------------------------------------------------------------
     def _required(self, ctx):
@@ -126,15 +127,18 @@ class SavePlan:
     # ---- checkpointing --------------------------------------------------------------------------
     def _consider_checkpoint(self, loop):
         """Checkpoint `loop` when that saves fewer values per iteration than taping it (True if chosen).
-        Not where storage cannot grow: the saves of an iteration run again in the adjoint depend on
-        values it restores there (`n = pop(...)` before `for j in range(n)`), which the call cannot
-        count beforehand. (A parallel loop whose iterations share only sums is the exception: each
-        iteration runs again from the values every iteration starts from, and the target sizes its
-        storage per iteration.)"""
+        Where storage cannot grow, only a loop whose re-run saves can be counted before the call: the
+        saves of an iteration run again in the adjoint may depend on values it restores there
+        (`n = pop(...)` before `for j in range(n)`), which the call cannot count beforehand
+        (`_rerun_is_countable`). (A parallel loop whose iterations share only sums runs each iteration
+        again from the values every iteration starts from, and the target sizes its storage per
+        iteration.)"""
         alone = loop.parallel and carries_only_sums(loop, self._adjoint_reads(loop))
         back = set().union(*(self._reverse_reads(s) for s in walk(loop.body))) if loop.phase else frozenset()
-        cp = checkpoint_candidate(self.fn, loop, self.facts, self.active, back) if self.policy.growable or alone \
-            else None
+        countable = self.policy.growable or alone or _rerun_is_countable(loop)
+        if self._checkpoints_around(loop) and any(written_array(t) is not None for t in walk(loop.body)):
+            return False          # (nested: a re-run inside a re-run keeps no arrays' old values)
+        cp = checkpoint_candidate(self.fn, loop, self.facts, self.active, back) if countable else None
         if cp is None:
             return False
         ctx = Context(loop.body, cp)
@@ -150,8 +154,23 @@ class SavePlan:
         self.inner[loop.uid] = ctx
         self.value_reads |= _value_reads(loop.body) - cp.scratch - cp.stale     # the re-run reads them again
         self.iteration_reads[loop.uid] = self._iteration_live_in(loop, ctx)
+        for outer in self._checkpoints_around(loop):          # (outermost first: each reads the next's facts)
+            self.inner[outer.uid].req = self._required(self.inner[outer.uid])
+            self.iteration_reads[outer.uid] = self._iteration_live_in(outer, self.inner[outer.uid])
         self.top.req = self._required(self.top)
         return True
+
+    def _plans_loops_inside(self, loop):
+        """Are the loops inside checkpointed `loop` considered for checkpoints of their own? Where storage
+        cannot grow (a GPU thread, whose saves are device memory traffic), inside a parallel loop whose
+        iterations run again from nothing saved: a step run once more costs less than the values it
+        would save. (Such an inner loop is checkpointed only if it writes no arrays: `_consider_checkpoint`.)"""
+        return not self.policy.growable and loop.parallel and not self.checkpoints[loop.uid].carried
+
+    def _checkpoints_around(self, loop):
+        """The checkpointed loops whose bodies hold `loop`, outermost first."""
+        return [self.checkpoints[uid].loop for uid in self.checkpoints
+                if uid != loop.uid and any(t.uid == loop.uid for t in walk(self.checkpoints[uid].loop.body))]
 
     def _iteration_live_in(self, loop, ctx):
         """Names one reversed iteration of checkpointed `loop` reads before binding them: those its
@@ -198,10 +217,13 @@ class SavePlan:
 
     def _tape_cost(self, loop):
         """Values saved per iteration of `loop` if it is taped (a save in an inner loop counts ten)."""
+        around = self._checkpoints_around(loop)
+        ctx = self.inner[around[-1].uid] if around else self.top
+
         def cost(stmts, weight):
             total = 0
             for s in stmts:
-                total += weight if self.saves(s, self.top) else 0
+                total += weight if self.saves(s, ctx) else 0
                 inner = weight * 10 if isinstance(s, (For, While)) else weight
                 total += sum(cost(b, inner) for b in blocks(s))
             return total
@@ -325,3 +347,15 @@ def _bound_on_every_path(stmts):
         elif not isinstance(s, While):
             out |= defines(s)
     return out
+
+
+def _rerun_is_countable(loop):
+    """Are the saves of `loop`'s iterations, run again in the adjoint, counted by the trip counts of
+    loops whose bounds the iteration does not bind? (No while loop, no inner bound computed in it.)"""
+    bound = assigned(loop.body) | {loop.var}
+    for t in walk(loop.body):
+        if isinstance(t, While):
+            return False
+        if isinstance(t, For) and set().union(*(names_in(e) for e in (t.start, t.stop, t.step))) & bound:
+            return False
+    return True

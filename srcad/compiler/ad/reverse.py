@@ -115,7 +115,7 @@ class _Reverse:
 
     def _forward_stmt(self, s, ctx, mode):
         plan = self.plan
-        if plan.is_checkpoint_in(s, ctx):
+        if plan.is_checkpoint_in(s, ctx) and mode != PLAIN:
             return self._forward_checkpoint(s, ctx)
         saving = mode != PLAIN
         if written_array(s) is not None:

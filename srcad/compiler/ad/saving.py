@@ -34,6 +34,7 @@ from ..ir.facts import Aliasing
 from ..ir.visit import (assigned, blocks, defines, names_in, own_exprs, reads, rewrite_top_down, subexpressions, substitute, walk,
                         written_array)
 from .local import value_names
+from .parallel import sums
 from .rules import ELEMENTWISE, JOINS
 
 
@@ -339,8 +340,11 @@ def checkpoint_candidate(fn, loop, facts, active, back_reads=frozenset()):
     inner = list(walk(loop.body))
     if not any(defines(t) & active or written_array(t) in active for t in inner):
         return None
-    if any(isinstance(t, (Push, Pop, While)) or isinstance(t, Accumulate) and written_array(t) is None for t in inner):
-        return None             # (adding into an array's elements is a write like a store)
+    reductions = sums(loop) if loop.parallel else set()
+    if any(isinstance(t, (Push, Pop, While)) or isinstance(t, Accumulate) and written_array(t) is None and
+           not (isinstance(t.target, Name) and t.target.id in reductions) for t in inner):
+        return None             # (adding into an array's elements is a write like a store; a parallel loop's
+                                # reductions are left out of its re-run: `parallel.rerun_alone`)
     arrays = {t.target for t in inner if isinstance(t, Assign) and isinstance(fn.types.get(t.target), nt.Array)}
     if arrays & _exposed(loop.body) or not all(_made_afresh(fn, a, inner) for a in arrays):
         return None

@@ -10,6 +10,7 @@ values. A backend is found by its target name with `get`: `"cpu"` is
 `numba_cpu.NumbaCPU`; `register` adds another (a test backend, or the CUDA one).
 """
 import abc
+import contextlib
 import importlib
 import threading
 
@@ -71,6 +72,15 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def new_buffer(self, dtype):
         """A fresh buffer for a workspace stack of `dtype`, handed to the forward."""
+
+    def call_state(self, args):
+        """What the forward and the adjoint of one call with `args` share beyond its saved values (None:
+        nothing). The cuda target keeps there the device copies of the arrays the call reads."""
+        return None
+
+    def running(self, state):
+        """The context the forward or adjoint of a call with `state` (from `call_state`) runs in."""
+        return contextlib.nullcontext()
 
 
 # ---- the registry -----------------------------------------------------------------------------------

@@ -5,9 +5,10 @@ is one parallel loop over the threads of the launch; the passes differentiate
 it like any parallel loop (each iteration of the adjoint runs its thread again
 and then reverses it). This target prints what comes out:
 
-* a parallel loop (not inside another one) becomes a `@cuda.jit` kernel,
-  thread `t` running iteration `t`; its inputs are the names it reads from the
-  code around it, and the host code launches it through `launch.run_threads`;
+* a parallel loop (not inside another one) becomes a `@cuda.jit` kernel on a
+  grid the device holds at once, each thread running the iterations `t`, `t`
+  plus the grid's size...; its inputs are the names it reads from the code
+  around it, and the host code launches it through `launch.run_threads`;
 * the rest of the function is host code, plain Python on NumPy arrays;
 * an accumulation that several threads may make into the same place (a shared
   parameter `d_w[k]`, a gather `d_x[idx[i]]`, a scalar of the host code) is a
@@ -175,6 +176,8 @@ class _Kernel:
             target = self.summed_by_all(t)
             if target is not None and target not in self.sums:
                 self.sums[target] = _fresh(f"sum{len(self.sums)}", taken)
+        taken |= set(self.sums.values())
+        self.thread_sums = {a: _fresh(f"{a}_mine", taken) for a in self.sums.values()}   # over its iterations
 
     def summed_by_all(self, t):
         """The target of accumulation `t` when it is one place for every thread (a host scalar, or an
@@ -273,8 +276,10 @@ class _KernelPrinter(Printer):
         return super().expr(_runtime_calls(self.k.fn, e, "cuda_device", device.NAMES))
 
     def kernel(self, w):
-        """The kernel; with sums every thread adds into, a device function for the thread (returning its
-        sums) and a kernel adding each block's sums once (`device.block_sum`), not each thread's."""
+        """The kernel, each of its threads running the iterations `index`, `index` + the grid's size...
+        (a grid sized to fill the device: `launch.run_threads`); with sums every iteration adds into, a
+        device function for the iteration (returning its sums), summed in the thread, and the block's
+        sums added once (`device.block_sum`), not each thread's or iteration's."""
         k = self.k
         params = [k.cell(p) if p in k.cells else p for p in k.params]
         sums = list(k.sums.values())
@@ -290,14 +295,19 @@ class _KernelPrinter(Printer):
             w.line(0, "")
         w.line(0, "@cuda.jit(cache=True)")
         w.line(0, f"def {k.name}({', '.join([k.count] + params + k.errors)}):")
-        w.line(1, f"{k.index} = cuda.grid(1)")
+        stride = f"for {k.index} in range(cuda.grid(1), {k.count}, cuda.gridsize(1)):"
         if not sums:
-            w.line(1, f"if {k.index} < {k.count}:")
+            w.line(1, stride)
             self._thread(w, 2)
         else:
-            w.line(1, f"{', '.join(sums)} = {', '.join('0.0' for _ in sums)}")
-            w.line(1, f"if {k.index} < {k.count}:")
+            mine = [k.thread_sums[a] for a in sums]
+            w.line(1, f"{', '.join(mine)} = {', '.join('0.0' for _ in sums)}")
+            w.line(1, stride)
             w.line(2, f"{', '.join(sums)}, = {k.name}_thread({', '.join([k.index] + params + k.errors)})")
+            for a, m in zip(sums, mine):
+                w.line(2, f"{m} += {a}")
+            for a, m in zip(sums, mine):
+                w.line(1, f"{a} = {m}")
             w.line(1, f"{k.tile} = cuda.shared.array({launch.THREADS_PER_BLOCK}, numba.float64)")
             for target, a in k.sums.items():
                 w.line(1, f"{a} = cuda_device.block_sum({k.tile}, {a})")
@@ -469,3 +479,9 @@ class NumbaCUDA(numba_cpu.NumbaCPU):
 
     def load_cached(self, dispatcher, args):
         return False
+
+    def call_state(self, args):
+        return launch.Resident(args)
+
+    def running(self, state):
+        return launch.resident(state)

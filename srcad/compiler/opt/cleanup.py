@@ -6,13 +6,17 @@
 * `first_accumulations`: `d = 0.0` then `d += e` becomes `d = e`.
 * `drop_round_trips`: `g = a[i]; a[i] = 0.0; a[i] += g` keeps only `g = a[i]`.
 * `eliminate_dead_code`: assignments whose value is never read (liveness over
-  the structured IR, loops to a fixed point), and stacks whose restored values
-  are never read, with all their saves.
+  the structured IR, loops to a fixed point), scalars read only by their own
+  updates (`sq += s * s` and nothing else reads `sq`), and stacks whose
+  restored values are never read, with all their saves.
 * `drop_unread_saved`: entries of `saved` the adjoint never reads leave both
   functions (the forward then stops computing what only they needed).
 
-Stores into arrays stay: an array may be a view of another.
+Stores into arrays stay, but for the adjoint's own arrays (which share memory with nothing): an array
+may be a view of another.
 """
+from numba.core import types as nt
+
 from ..front.lower import folded
 from ..ir import (Accumulate, Assign, BinOp, Compare, Const, For, If, Name, Pop, Push, Reserve, Store, Subscript, Tuple,
                   UnaryOp, While)
@@ -47,29 +51,33 @@ def _changes(s):
     return _kill(s)
 
 
-def live_in(stmts, live_out, marks=None, gen=statement_reads, kill=_kill):
+def live_in(stmts, live_out, marks=None, gen=statement_reads, kill=_kill, own=None):
     """Names `stmts` read before binding them, given the names live after them. With `marks` (a dict),
     record for each statement the names live just after it. `gen(s)`: the names `s` itself reads (None:
     take `s` as absent), for the liveness of code to be made from `stmts`; `kill(s)`: those whose value
-    it replaces whole."""
+    it replaces whole. `own`: {id of a parallel loop: arrays each iteration of it touches only at its own
+    elements}: what one iteration writes there no other iteration reads."""
     live = set(live_out)
     for s in reversed(stmts):
-        live = _live_before(s, live, marks, gen, kill)
+        live = _live_before(s, live, marks, gen, kill, own)
     return live
 
 
-def _live_before(s, live, marks, gen, kill):
+def _live_before(s, live, marks, gen, kill, own=None):
     if marks is not None:
         marks[id(s)] = frozenset(live)
     reads_here = gen(s)
     if reads_here is None:
         return live
     if isinstance(s, If):
-        return live_in(s.body, live, marks, gen, kill) | live_in(s.orelse, live, marks, gen, kill) | reads_here
+        return live_in(s.body, live, marks, gen, kill, own) | live_in(s.orelse, live, marks, gen, kill, own) | \
+            reads_here
     if isinstance(s, For):
+        mine = (own or {}).get(id(s), frozenset())     # (the next iteration reads none of it: only the code after)
         head = set(live)
         while True:
-            new = set(live) | (live_in(s.body, head, marks, gen, kill) - {s.var})
+            after_body = (head - mine) | (set(live) & mine)
+            new = set(live) | (live_in(s.body, after_body, marks, gen, kill, own) - {s.var})
             if new <= head:
                 break
             head |= new
@@ -77,7 +85,7 @@ def _live_before(s, live, marks, gen, kill):
     if isinstance(s, While):
         head = set(live) | {s.cond} | (names_in(s.bound) if s.bound is not None else set())
         while True:
-            new = head | live_in(s.body, head, marks, gen, kill)
+            new = head | live_in(s.body, head, marks, gen, kill, own)
             if new <= head:
                 break
             head = new
@@ -96,11 +104,12 @@ def eliminate_dead_code(fn, live_out=None):
     sharing = fn.facts.of(Aliasing).may if private else {}
     while True:
         marks = {}
-        live_in(fn.body, outputs, marks)
+        live_in(fn.body, outputs, marks, own=_iterations_own(fn, private))
         dead_stacks = _dead_stacks(fn, marks, sharing)
+        faint = _faint(fn, outputs)
         changed = False
         for block in all_blocks(fn.body):
-            kept = [s for s in block if not _dead(s, marks, dead_stacks, private)]
+            kept = [s for s in block if not _dead(s, marks, dead_stacks, private) and _bound_scalar(s) not in faint]
             kept = [s for s in kept if not (isinstance(s, (For, While, If)) and _empty(s))]
             if len(kept) != len(block):
                 block[:] = kept
@@ -109,6 +118,44 @@ def eliminate_dead_code(fn, live_out=None):
             fn.stacks.pop(stack, None)
         if not changed:
             return fn
+
+
+def _bound_scalar(s):
+    """The name an assignment or an accumulation into a name binds (else None)."""
+    if isinstance(s, Assign):
+        return s.target
+    if isinstance(s, Accumulate) and isinstance(s.target, Name):
+        return s.target.id
+    return None
+
+
+def _faint(fn, keep):
+    """Scalars whose every read is in a statement that binds or adds into that same name: a sum that
+    only adds to itself (`sq += s * s` in an iteration run again in the adjoint, for a value only the
+    primal needed). Liveness keeps them (each iteration reads the last one's); nothing else reads them."""
+    bound, read = set(), set(keep)
+    for s in walk(fn.body):
+        target = _bound_scalar(s)
+        if target is not None:
+            bound.add(target)
+        read |= statement_reads(s) - {target}
+    return {v for v in bound - read if isinstance(fn.types.get(v), (nt.Number, nt.Boolean))}
+
+
+def _iterations_own(fn, private):
+    """{id of a parallel loop: the adjoint's own arrays (`private`) it writes that each of its iterations
+    touches only at elements of its own}: the zeroing of an output's cotangent after its one read,
+    `d_out[i] = 0.0`, is then dead when nothing after the loop reads `d_out`. (Not yet in the phases of
+    a kernel with barriers: the second derivative of the smoothing kernel of tests/cuda/test_barriers.py
+    then restores regions in a loop that reads indices it does not bind, a fault of the reverse pass
+    this would expose.)"""
+    from ..ad.parallel import disjoint, width
+    found = {}
+    for loop in walk(fn.body):
+        if isinstance(loop, For) and loop.parallel and not loop.phase:
+            written = {written_array(t) for t in walk(loop.body)} & set(private)
+            found[id(loop)] = frozenset(a for a in written if disjoint(loop.body, a, loop.var, width(fn, loop)))
+    return found
 
 
 def _dead(s, marks, dead_stacks, private):
