@@ -82,7 +82,7 @@ def run_threads(kernel, n, args, written, checked=True):
             timed.setdefault(kernel.__name__, []).append(start.elapsed_time(stop) / 1e3)
     for k in written:
         if on_device[k] is not args[k]:
-            args[k][...] = on_device[k].copy_to_host()
+            _copy_back(on_device[k], args[k])
     site, index, size = errors[0].copy_to_host() if errors else (0, 0, 0)
     if site:
         raise IndexError(int(site) - 1, int(index), int(size))
@@ -96,6 +96,14 @@ def _resident_blocks():
     sms = getattr(device, "MULTIPROCESSOR_COUNT", 0) or 16
     per_sm = (getattr(device, "MAX_THREADS_PER_MULTI_PROCESSOR", 0) or 2048) // THREADS_PER_BLOCK
     return sms * per_sm
+
+
+def _copy_back(device_array, host):
+    """The device's values into `host`: straight into it where it is contiguous (no array in between)."""
+    if host.flags.c_contiguous:
+        device_array.copy_to_host(host)
+    else:
+        host[...] = device_array.copy_to_host()
 
 
 def _to_device(a):
