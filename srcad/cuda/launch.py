@@ -1,8 +1,10 @@
 """Running a generated kernel from the host code around it.
 
 Generated host code runs on NumPy arrays; `run_threads` moves the arrays a
-kernel reads to the device, runs one thread per iteration of the parallel
-loop the kernel came from, copies back the arrays the loop writes, and
+kernel reads to the device, runs the `n` iterations of the parallel loop
+the kernel came from on a grid the device holds at once (each thread
+striding over them by the grid's size), copies back the arrays the loop
+writes, and
 raises the IndexError of an index check that failed on the device (worded
 by `compiled.Checked` like the CPU target's). Buffers only the threads use
 (their saved values: `thread_buffer`) live on the device alone, and the
@@ -60,7 +62,7 @@ def thread_buffer(shape, dtype):
 
 
 def run_threads(kernel, n, args, written, checked=True):
-    """Run `kernel` over `n` threads with `args` (arrays, scalars) and, if it makes index checks
+    """Run `kernel`'s `n` iterations with `args` (arrays, scalars) and, if it makes index checks
     (`checked`), an error record; copy the arrays at positions `written` back into the host arrays given."""
     n = int(n)
     if getattr(_PTX, "found", None) is not None:
