@@ -4,9 +4,8 @@ Generated host code runs on NumPy arrays; `run_threads` moves the arrays a
 kernel reads to the device, runs the `n` iterations of the parallel loop
 the kernel came from on a grid the device holds at once (each thread
 striding over them by the grid's size), copies back the arrays the loop
-writes, and
-raises the IndexError of an index check that failed on the device (worded
-by `compiled.Checked` like the CPU target's). Buffers only the threads use
+writes, and raises the IndexError of an index check that failed on the
+device (worded by `compiled.Checked` like the CPU target's). Buffers only the threads use
 (their saved values: `thread_buffer`) live on the device alone, and the
 arrays a call was given stay there from its forward to its adjoint
 (`Resident`).
