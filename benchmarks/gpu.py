@@ -29,6 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import srcad as ad  # noqa: E402
+from srcad.cuda.device import block_sum  # noqa: E402
 from srcad.cuda.launch import kernel_times, warm_up  # noqa: E402
 
 
@@ -190,17 +191,9 @@ BLOCK = 256          # threads per block of the hand-written kernels
 @cuda.jit(device=True, inline=True)
 def _block_add(tile, value, into):
     """Add `value` summed over the block into `into[0]`: a tree in shared memory, one atomic per block."""
-    t = cuda.threadIdx.x
-    tile[t] = value
-    cuda.syncthreads()
-    step = BLOCK // 2
-    while step > 0:
-        if t < step:
-            tile[t] += tile[t + step]
-        cuda.syncthreads()
-        step //= 2
-    if t == 0:
-        cuda.atomic.add(into, 0, tile[0])
+    total = block_sum(tile, value)
+    if cuda.threadIdx.x == 0:
+        cuda.atomic.add(into, 0, total)
 
 
 @cuda.jit

@@ -190,34 +190,29 @@ def test_generated_kernels_compile_to_ptx_with_atomics_only_where_threads_share(
         assert found[name] == [forward, adjoint], name
 
 
-def _hessian_vector(k, w0, x, v):
-    W = ad.Variable(w0)
-    with ad.GradientTape() as outer:
-        with ad.GradientTape() as inner:
-            loss = np.sum(k[2, 32](W, x, np.zeros(x.size)) ** 2)
-        g = inner.gradient(loss, W)
-        s = np.sum(g * v)
-    return outer.gradient(s, W).numpy()
-
-
 def test_second_order_through_a_kernel_on_the_cpu_target():
     """out = w0 x + w1 x^2, loss = sum(out^2): the Hessian is 2 [[sum x^2, sum x^3], [sum x^3, sum x^4]]."""
     x, v = np.linspace(-1.0, 1.0, 40), np.array([1.0, 2.0])
     hessian = 2 * np.array([[np.sum(x ** 2), np.sum(x ** 3)], [np.sum(x ** 3), np.sum(x ** 4)]])
     k = ad.kernel(K.affine, outputs=["out"], target="cpu")
-    np.testing.assert_allclose(_hessian_vector(k, np.array([0.5, -0.3]), x, v), hessian @ v, rtol=1e-12)
+    hv, = _hessian_vector_product(k, 2, 32, (np.array([0.5, -0.3]), x, np.zeros(x.size)), (0,), [v],
+                                  loss=lambda outs: np.sum(outs[0] ** 2))
+    np.testing.assert_allclose(hv, hessian @ v, rtol=1e-12)
 
 
-def _hessian_vector_product(k, blocks, threads, args, active, v):
-    """d/dw <grad loss(w), v> for loss = sum_k sum(cos(index) * out_k^2) of a launch, by nested tapes."""
+def _weighted_squares(outs):
+    return sum(np.sum(np.cos(np.arange(o.size).reshape(o.shape)) * o ** 2) for o in outs)
+
+
+def _hessian_vector_product(k, blocks, threads, args, active, v, loss=_weighted_squares):
+    """d/dw <grad loss(w), v> for `loss` of a launch's outputs (a tuple), by nested tapes."""
     values = [ad.Variable(a) if i in active else (a.copy() if isinstance(a, np.ndarray) else a)
               for i, a in enumerate(args)]
     with ad.GradientTape() as outer:
         with ad.GradientTape() as inner:
             outs = k[blocks, threads](*values)
-            outs = outs if isinstance(outs, tuple) else (outs,)
-            loss = sum(np.sum(np.cos(np.arange(o.size).reshape(o.shape)) * o ** 2) for o in outs)
-        grads = inner.gradient(loss, [values[i] for i in active])
+            value = loss(outs if isinstance(outs, tuple) else (outs,))
+        grads = inner.gradient(value, [values[i] for i in active])
         projected = sum(np.sum(g * u) for g, u in zip(grads, v))
     return [h.numpy() for h in outer.gradient(projected, [values[i] for i in active])]
 
@@ -241,8 +236,7 @@ def test_second_order_through_a_kernel_on_the_cuda_target(name):
         values = [ad.Variable(a) if i in active else a for i, a in enumerate(moved)]
         with ad.GradientTape() as tape:
             outs = cpu[blocks, threads](*values)
-            outs = outs if isinstance(outs, tuple) else (outs,)
-            loss = sum(np.sum(np.cos(np.arange(o.size).reshape(o.shape)) * o ** 2) for o in outs)
+            loss = _weighted_squares(outs if isinstance(outs, tuple) else (outs,))
         return [g.numpy() for g in tape.gradient(loss, [values[i] for i in active])]
     central = [(p - m) / (2 * eps) for p, m in zip(gradient_at(eps), gradient_at(-eps))]
     for a, b in zip(on_cpu, central):

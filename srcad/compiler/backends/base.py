@@ -80,7 +80,10 @@ class Backend(abc.ABC):
 
     def running(self, state):
         """The context the forward or adjoint of a call with `state` (from `call_state`) runs in."""
-        return contextlib.nullcontext()
+        return _NOTHING
+
+
+_NOTHING = contextlib.nullcontext()           # (reusable: one for every call, on the tape's path)
 
 
 # ---- the registry -----------------------------------------------------------------------------------

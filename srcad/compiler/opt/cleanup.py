@@ -102,14 +102,16 @@ def eliminate_dead_code(fn, live_out=None):
     # an adjoint's own arrays (those of a function reverse mode made) share memory with nothing
     private = fn.facts.of(Reverse).adjoints if fn.facts.has(Reverse) else set()
     sharing = fn.facts.of(Aliasing).may if private else {}
+    own = _iterations_own(fn, private)          # (removing statements only ever adds to it: found once)
     while True:
         marks = {}
-        live_in(fn.body, outputs, marks, own=_iterations_own(fn, private))
+        live_in(fn.body, outputs, marks, own=own)
         dead_stacks = _dead_stacks(fn, marks, sharing)
         faint = _faint(fn, outputs)
         changed = False
         for block in all_blocks(fn.body):
-            kept = [s for s in block if not _dead(s, marks, dead_stacks, private) and _bound_scalar(s) not in faint]
+            kept = [s for s in block if not _dead(s, marks, dead_stacks, private) and not
+                    (isinstance(s, (Assign, Accumulate)) and _changes(s) & faint)]
             kept = [s for s in kept if not (isinstance(s, (For, While, If)) and _empty(s))]
             if len(kept) != len(block):
                 block[:] = kept
@@ -120,25 +122,15 @@ def eliminate_dead_code(fn, live_out=None):
             return fn
 
 
-def _bound_scalar(s):
-    """The name an assignment or an accumulation into a name binds (else None)."""
-    if isinstance(s, Assign):
-        return s.target
-    if isinstance(s, Accumulate) and isinstance(s.target, Name):
-        return s.target.id
-    return None
-
-
 def _faint(fn, keep):
     """Scalars whose every read is in a statement that binds or adds into that same name: a sum that
     only adds to itself (`sq += s * s` in an iteration run again in the adjoint, for a value only the
     primal needed). Liveness keeps them (each iteration reads the last one's); nothing else reads them."""
     bound, read = set(), set(keep)
     for s in walk(fn.body):
-        target = _bound_scalar(s)
-        if target is not None:
-            bound.add(target)
-        read |= statement_reads(s) - {target}
+        changed = _changes(s) if isinstance(s, (Assign, Accumulate)) else set()
+        bound |= changed
+        read |= statement_reads(s) - changed
     return {v for v in bound - read if isinstance(fn.types.get(v), (nt.Number, nt.Boolean))}
 
 
