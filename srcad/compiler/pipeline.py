@@ -38,6 +38,7 @@ from .ir import Assign, Name, Store
 from .ir.visit import blocks, clone, walk
 from .opt.accumulate import sum_invariant_accumulations
 from .opt.first_writes import write_first_accumulations
+from .opt.elementwise import loop_elementwise
 from .opt.shared import compute_repeats_once
 from .opt.zero_guards import version_guarded_stretches
 from .opt.cleanup import (coalesce_copies, drop_restores_of_unchanged, drop_round_trips, drop_unread_saved,
@@ -162,6 +163,14 @@ def _share(program):
     return program
 
 
+def _elementwise(program):
+    """On the code compiled only (`Program.ir` keeps the array statements, differentiated again)."""
+    if program.backend.policy.elementwise_loops:
+        for fn in (program.forward, program.adjoint):
+            loop_elementwise(fn)
+    return program
+
+
 def _lower_stacks(program):
     program.ir = IR(program.primal, copy_function(program.forward), copy_function(program.adjoint))
     for fn in (program.forward, program.adjoint):
@@ -198,6 +207,7 @@ PASSES = [
     Pass("zero_guards", _zero_guards, ("adjoint",), (Reverse,)),
     Pass("first_writes", _first_writes, ("adjoint",), (Reverse,)),
     Pass("share", _share, ("forward", "adjoint"), (Reverse,)),
+    Pass("elementwise", _elementwise, ("forward", "adjoint"), (Reverse,)),
 ]
 PASS_NAMES = [p.name for p in PASSES]
 FRONT = PASS_NAMES[:PASS_NAMES.index("types")]    # enough for the cache key: they run on every compile

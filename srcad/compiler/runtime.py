@@ -526,7 +526,13 @@ def _cotangent_times_overload(g, p):
     if isinstance(g, numba.types.Array) or isinstance(p, numba.types.Array):
         def array(g, p):
             product = g * p
-            return np.where((g == 0) | (p == 0), np.zeros_like(product), product)
+            values = product.ravel()    # a new array's memory: no copy
+            nan = False
+            for i in range(values.size):
+                nan |= values[i] != values[i]
+            if nan:     # 0 * inf or 0 * nan (made 0), or a nan operand (kept)
+                return np.where((g == 0) | (p == 0), np.zeros_like(product), product)
+            return product       # one pass more, not five arrays more
         return array
     return lambda g, p: _times_unless_zero(g, p)
 

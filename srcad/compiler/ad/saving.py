@@ -51,12 +51,15 @@ class Policy:
     (`runtime.matmul_into`, one BLAS call; a GPU target's host code runs NumPy instead).
     `keeps_results`: the adjoint of `y = exp(x)` reads `y` rather than calling exp again
     (`rules.FROM_RESULT`), and such calls inside larger expressions get names of their own
-    (`ad/results.py`), where a saved value costs less than a call (a CPU; a GPU thread recomputes)."""
+    (`ad/results.py`), where a saved value costs less than a call (a CPU; a GPU thread recomputes).
+    `elementwise_loops`: array expressions run as loops over their elements (`opt/elementwise.py`)
+    rather than as NumPy operations each making an array (a GPU thread computes scalars already)."""
     name: str = "cpu"
     growable: bool = True
     shared_sums: str = "partials"
     products_in_place: bool = True
     keeps_results: bool = True
+    elementwise_loops: bool = True
 
 
 CPU = Policy("cpu", growable=True)

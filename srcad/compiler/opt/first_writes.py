@@ -23,7 +23,9 @@ policy allows it: no temporary, no second pass to add it.
 from numba.core import types as nt
 
 from ..analysis.aliasing import VIEW_CALLS
-from ..ir import Accumulate, Assign, BinOp, Call, Const, Effect, For, Name, Pop, Slice, Store, Subscript
+from ..analysis.types import type_of
+from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Compare, Const, Effect, For, If, Name, Pop, Push,
+                  Slice, Store, Subscript, UnaryOp, While)
 from ..ir.facts import Reverse
 from ..ir.visit import all_blocks, blocks, names_in, walk
 from .cleanup import live_in, statement_reads, zeros_through
@@ -36,28 +38,36 @@ def write_first_accumulations(fn, products_in_place=True):
     policy), matrix products written or added into its matrices outside parallel loops are one GEMM
     into their memory. Returns `fn`."""
     arrays = {n for n in fn.facts.of(Reverse).adjoints if getattr(fn.types.get(n), "ndim", 0) >= 1}
-    arrays -= _viewed(fn)
+    arrays -= viewed_arrays(fn)
     if not arrays:
         return fn
     zeros_through(fn.body, frozenset(), _ArrayZeros(fn, arrays), rewrite=True)
     _drop_unread_zeros(fn, arrays)
+    _made_again_in_place(fn, arrays)
     if products_in_place:
         _products_in_place(fn, fn.body, arrays)
     return fn
 
 
-def _viewed(fn):
+def viewed_arrays(fn):
     """Arrays another name is bound to a view of (`v = d[i]`, `v = d`, `v = np.transpose(d)`): reads
-    through that name would read their zeros unseen, so they are left as they are."""
+    through that name would read their zeros unseen, so they are left as they are. A name a pass made
+    after typing (`g = d`, no type of its own) views what its value does, unless that is a number."""
     out = set()
     for s in walk(fn.body):
-        if isinstance(s, Assign) and getattr(fn.types.get(s.target), "ndim", 0):
+        ty = fn.types.get(s.target) if isinstance(s, Assign) else None
+        if isinstance(s, Assign) and (getattr(ty, "ndim", 0) or ty is None and not isinstance(
+                _atom_type(fn, s.value), (nt.Number, nt.Boolean))):
             e = s.value
             while isinstance(e, Subscript) or isinstance(e, Call) and e.fn in VIEW_CALLS and e.args:
                 e = e.base if isinstance(e, Subscript) else e.args[0]
             if isinstance(e, Name):
                 out.add(e.id)
     return out
+
+
+def _atom_type(fn, e):
+    return type_of(fn, e) if isinstance(e, (Name, Subscript)) else None
 
 
 def _products_in_place(fn, stmts, arrays):
@@ -79,6 +89,50 @@ def _products_in_place(fn, stmts, arrays):
                 and target not in names_in(value):
             stmts[k] = Effect(Call("srcad.matmul_into", (Name(target), value.left, value.right, Const(beta))),
                               s.origin)
+
+
+def _made_again_in_place(fn, arrays):
+    """An array of `arrays` made again in a loop (`d = np.zeros_like(x)` after each use of `d`) is zeroed
+    in its own memory where it has that shape already, rather than allocated on every iteration."""
+    arrays = {n for n in arrays if n not in arrays_held_elsewhere(fn)}
+    bound = set()
+    for s in fn.body:
+        if isinstance(s, Assign):
+            bound.add(s.target)
+        elif isinstance(s, (For, While)) and not getattr(s, "parallel", False):
+            for block in list(all_blocks(s.body)):
+                block[:] = [_in_place(fn, t, arrays & bound) for t in block]
+
+
+def arrays_held_elsewhere(fn):
+    """Arrays bound to anything but a new array (a value taken back from a stack, another name's array),
+    or stored whole, pushed or handed to a call made for its effect: memory something else may hold."""
+    out = set()
+    for s in walk(fn.body):
+        if isinstance(s, Assign) and not (isinstance(s.value, Call) and s.value.fn in _NEW
+                                          or isinstance(s.value, (BinOp, UnaryOp))):
+            out.add(s.target)
+        elif isinstance(s, (Store, Push)) and isinstance(s.value, Name):
+            out.add(s.value.id)
+        elif isinstance(s, Effect):
+            out |= {a.id for a in s.call.args if isinstance(a, Name)}
+        elif isinstance(s, Pop):
+            out |= names_in(s.target)
+    return out
+
+
+_NEW = frozenset({"np.zeros_like", "np.empty_like", "np.zeros", "np.empty", "np.copy"})
+
+
+def _in_place(fn, s, arrays):
+    if not (isinstance(s, Assign) and s.target in arrays and isinstance(s.value, Call) and s.value.fn in
+            ("np.zeros_like", "np.empty_like") and len(s.value.args) == 1 and isinstance(s.value.args[0], Name)
+            and not s.value.keywords):
+        return s
+    same = Compare("==", Attribute(Name(s.target), "shape"), Attribute(s.value.args[0], "shape"))
+    if s.value.fn == "np.empty_like":
+        return If(UnaryOp("not", same), [s], [], s.origin)
+    return If(same, [Store(s.target, _whole(fn, s.target), Const(0.0), s.origin)], [s], s.origin)
 
 
 def _is_matrix(ty):

@@ -1,0 +1,304 @@
+"""Elementwise array statements as loops over their elements: one pass, no temporaries.
+
+NumPy evaluates `d_c += cotangent_times(d_x, 1.0 - np.tanh(c) ** 2)` one operation at a time, each
+into a new array: four allocations and four passes over memory where one loop does. Inside a loop
+over time steps, on arrays of a few dozen elements, the allocations cost more than the arithmetic.
+This pass writes such a statement as a loop nest over the elements of its result:
+
+    x = a * b + np.exp(c)        ->   x = np.empty((a.shape[0],), np.float64)
+                                      for e in range(a.shape[0]):
+                                          x[e] = a[e] * b[e] + np.exp(c[e])
+    d[i] += u * v                ->   the same loop adding into the view d[i]
+    s += np.sum(u * v)           ->   a sum kept in a scalar, added to s once
+
+A statement qualifies when its value is arithmetic and elementwise functions (`ELEMENTWISE`) over
+float64 arrays and scalars (integer and boolean arrays too, where the result goes into floats: a mask
+in the adjoint of `np.max`), with at least one operation on an array (a copy or a scalar fill makes no
+temporary). Operands of lower rank are aligned on the trailing axes, and a static new axis (`m[:, None]`)
+broadcasts, as in NumPy. Whether every other axis has the result's length is known only when the code
+runs: the loop runs under that check, and where it fails (NumPy broadcasts an axis of length 1, or
+raises) the statement runs as written. Writes and additions go only into arrays of the adjoint's own,
+which no other name views, and only at an index the value does not read at another place, so no
+element is read after the loop has written it; an assignment makes a new array. Sums add in the same
+order as Numba's `np.sum` of the temporary would.
+
+CPU code only (`Policy.elementwise_loops`): a GPU thread runs scalar code already.
+"""
+from numba.core import types as nt
+
+from ..analysis.types import index_array, type_of
+from ..ir import Accumulate, Assign, Attribute, BinOp, Call, Compare, Const, For, Global, If, Name, Slice, Store, \
+    Subscript, Tuple, UnaryOp, While
+from ..ir.facts import Reverse
+from ..ir.visit import children, names_in, subexpressions, walk
+from .first_writes import arrays_held_elsewhere, viewed_arrays
+
+ARITHMETIC = frozenset({"+", "-", "*", "/", "**"})
+
+# functions that act element by element, and whose scalar form means the same
+ELEMENTWISE = frozenset({
+    "np.exp", "np.log", "np.tanh", "np.sin", "np.cos", "np.tan", "np.sqrt", "np.abs", "np.square", "np.log1p",
+    "np.expm1", "np.sinh", "np.cosh", "np.arctan", "np.arcsin", "np.arccos", "np.negative",
+    "srcad.cotangent_times", "srcad.finite_or_zero", "srcad.log_or_zero", "srcad.reciprocal_or_zero",
+    "srcad.power_slope",
+})
+
+# calls of one array giving a scalar: evaluated once, before the loop
+SCALAR_OF_ARRAY = frozenset({"np.sum", "np.max", "np.min", "np.mean", "np.prod"})
+
+
+def loop_elementwise(fn):
+    """Rewrite, in place, the qualifying statements of `fn` (see the module) outside parallel loops."""
+    own = fn.facts.of(Reverse).adjoints if fn.facts.has(Reverse) else set()
+    own = {n for n in own if getattr(fn.types.get(n), "ndim", 0) >= 1} - viewed_arrays(fn) - arrays_held_elsewhere(fn)
+    for s in walk(fn.body):     # names passes made after typing, bound to a typed name (`g_h = d_h`)
+        if isinstance(s, Assign) and s.target not in fn.types and isinstance(s.value, Name) \
+                and s.value.id in fn.types:
+            fn.types[s.target] = fn.types[s.value.id]
+    _in_block(fn, fn.body, own)
+    return fn
+
+
+def _in_block(fn, stmts, own):
+    out = []
+    for s in stmts:
+        if isinstance(s, For) and s.parallel:
+            out.append(s)
+            continue
+        for block in ([s.body, s.orelse] if isinstance(s, If) else [s.body] if isinstance(s, (For, While)) else []):
+            _in_block(fn, block, own)
+        out.extend(_as_loop(fn, s, own) or [s])
+    stmts[:] = out
+
+
+class _Unfit(Exception):
+    """The statement is left as written."""
+
+
+def _as_loop(fn, s, own):
+    """The statements that replace `s`, or None."""
+    try:
+        if isinstance(s, Assign) and _operates(s.value) and _maybe_float_array(fn.types.get(s.target)):
+            return _Nest(fn, s).assign(s.target)
+        if isinstance(s, Store) and s.array in own and _operates(s.value):
+            return _Nest(fn, s, exact_operands=True).into(Subscript(Name(s.array), s.index), add=False)
+        if isinstance(s, Accumulate) and _rank_of(fn, s.target) == 0:
+            summed = s.value.args[0] if isinstance(s.value, Call) and s.value.fn == "np.sum" and \
+                len(s.value.args) == 1 and not s.value.keywords else s.value if s.reduce else None
+            return _Nest(fn, s, exact_operands=True).summed(summed) if summed is not None and _operates(summed) else None
+        if isinstance(s, Accumulate) and _base(s.target) in own and _operates(s.value):
+            return _Nest(fn, s, exact_operands=True).into(s.target, add=True)
+    except _Unfit:
+        return None
+    return None
+
+
+def _base(target):
+    e = target.base if isinstance(target, Subscript) else target
+    return e.id if isinstance(e, Name) else None
+
+
+def _operates(e):
+    """Is `e` an operation (not a name, an element or a view: those make no temporary)?"""
+    return isinstance(e, (BinOp, UnaryOp)) or isinstance(e, Call) and e.fn in ELEMENTWISE
+
+
+def _is_float_array(ty):
+    return isinstance(ty, nt.Array) and ty.dtype == nt.float64
+
+
+def _maybe_float_array(ty):
+    """A name's type: a float64 array, or not known (a name a pass after typing made)."""
+    return ty is None or _is_float_array(ty)
+
+
+def _rank_of(fn, e):
+    ty = type_of(fn, e)
+    return ty.ndim if isinstance(ty, nt.Array) else 0 if isinstance(ty, (nt.Number, nt.Boolean)) else None
+
+
+class _Nest:
+    """The loop nest of one statement: its array operands (leaves), their views, the result's shape."""
+
+    def __init__(self, fn, s, exact_operands=False):
+        self.fn, self.s = fn, s
+        self.exact_operands = exact_operands    # arrays of integers and booleans too (into a float target)
+        self.leaves = {}          # array operand -> per axis: True (indexed) or False (a new axis, length 1)
+        self.ranks = {}
+        self.before = []          # views and scalars made once, before the check
+        self.views = {}
+
+    # ---- what the value is made of ----
+
+    def rank(self, e):
+        if e not in self.ranks:
+            self.ranks[e] = self._rank(e)
+        return self.ranks[e]
+
+    def _rank(self, e):
+        if isinstance(e, Const):
+            if isinstance(e.value, (bool, int, float)):
+                return 0
+            raise _Unfit
+        if isinstance(e, (Name, Subscript)):
+            return self._operand(e)
+        if isinstance(e, BinOp) and e.op in ARITHMETIC:
+            return max(self.rank(e.left), self.rank(e.right))
+        if isinstance(e, UnaryOp) and e.op == "-":
+            return self.rank(e.operand)
+        if isinstance(e, Call) and not e.keywords and e.fn in ELEMENTWISE:
+            return max(self.rank(a) for a in e.args)
+        if isinstance(e, Call) and not e.keywords and len(e.args) == 1 and e.fn in SCALAR_OF_ARRAY \
+                and isinstance(type_of(self.fn, e.args[0]), nt.Array):
+            return 0
+        if isinstance(e, Call) and e.fn.startswith("math.") and all(self.rank(a) == 0 for a in e.args):
+            return 0
+        raise _Unfit
+
+    def _operand(self, e):
+        ty = type_of(self.fn, e)
+        if isinstance(ty, nt.Boolean) or isinstance(ty, nt.Number) and not isinstance(ty, nt.Complex):
+            return 0
+        if not (_is_float_array(ty) or self.exact_operands and isinstance(ty, nt.Array)
+                and isinstance(ty.dtype, (nt.Integer, nt.Boolean))):
+            raise _Unfit
+        self.leaves[e] = _axes(self.fn, e, ty.ndim)
+        return ty.ndim
+
+    # ---- the loop ----
+
+    def assign(self, target):
+        """`target = value` as a new array filled by the loop."""
+        rank = self.rank(self.s.value)
+        full = [e for e, axes in self.leaves.items() if len(axes) == rank and all(axes)]
+        if rank == 0 or not full:
+            raise _Unfit
+        shape = self._shape_of(full[0])
+        out = self.fn.names.fresh("fused") if target in names_in(self.s.value) else target
+        for name in {out, target}:
+            self.fn.types.setdefault(name, nt.Array(nt.float64, rank, "C"))
+        index = self._index(rank)
+        make = Assign(out, Call("np.empty", (Tuple(tuple(shape)), _FLOAT64)), self.s.origin)
+        loop = _loop(index, shape, [Store(out, index, self.element(self.s.value, index), self.s.origin)])
+        done = [Assign(target, Name(out), self.s.origin)] if out != target else []
+        return self._guarded(shape, [make, loop] + done, skip=full[0])
+
+    def into(self, region, add):
+        """`region[...] = value` (or `+=`), `region` an array of the adjoint's own or a part of it."""
+        rank = _rank_of(self.fn, region)
+        if not rank or self.rank(self.s.value) > rank or _axes(self.fn, region, rank) != [True] * rank:
+            raise _Unfit
+        base = _base(region)
+        if any(base in names_in(x) and x != region for x in subexpressions(self.s.value)
+               if isinstance(x, Subscript) or x == Name(base)):
+            raise _Unfit                  # the value reads the array at another place than it writes
+        view, shape = self._view(region), self._shape_of(region)
+        index = self._index(rank)
+        value = self.element(self.s.value, index)
+        write = Accumulate(Subscript(Name(view), index), value, origin=self.s.origin) if add else \
+            Store(view, index, value, self.s.origin)
+        return self._guarded(shape, [_loop(index, shape, [write])], skip=region)
+
+    def summed(self, value):
+        """`target += np.sum(value)` as a loop adding into a scalar, then one addition."""
+        rank = self.rank(value)
+        full = [e for e, axes in self.leaves.items() if len(axes) == rank and all(axes)]
+        if rank == 0 or not full:
+            raise _Unfit
+        shape = self._shape_of(full[0])
+        total = self.fn.names.fresh("total")
+        self.fn.types[total] = nt.float64
+        index = self._index(rank)
+        body = [Assign(total, Const(0.0), self.s.origin),
+                _loop(index, shape, [Accumulate(Name(total), self.element(value, index), origin=self.s.origin)]),
+                Accumulate(self.s.target, Name(total), origin=self.s.origin)]
+        return self._guarded(shape, body, skip=full[0])
+
+    def element(self, e, index):
+        """`e` at one element of the result (`index`: the loop variables, one per axis of the result)."""
+        if e in self.leaves:
+            axes = self.leaves[e]
+            at = index[len(index) - len(axes):]
+            return Subscript(Name(self._view(e)), tuple(i if real else Const(0) for i, real in zip(at, axes)))
+        if self.rank(e) == 0:
+            return self._scalar(e)
+        return _with_children(e, [self.element(c, index) for c in children(e)])
+
+    def _scalar(self, e):
+        """A scalar part of the value: computed once, before the loop, where it calls anything."""
+        if not any(isinstance(x, Call) for x in subexpressions(e)):
+            return e
+        name = self.fn.names.fresh("scalar")
+        arrays = [type_of(self.fn, a) for x in subexpressions(e) if isinstance(x, Call) and x.fn in SCALAR_OF_ARRAY
+                  for a in x.args]
+        self.fn.types[name] = arrays[0].dtype if len(arrays) == 1 and e == _call_of(e) else nt.float64
+        self.before.append(Assign(name, e, self.s.origin))
+        return Name(name)
+
+    def _view(self, e):
+        if isinstance(e, Name):
+            return e.id
+        if e not in self.views:
+            self.views[e] = self.fn.names.fresh("view")
+            self.fn.types[self.views[e]] = nt.Array(nt.float64, len(_axes(self.fn, e, type_of(self.fn, e).ndim)), "A")
+            self.before.append(Assign(self.views[e], e, self.s.origin))
+        return self.views[e]
+
+    def _shape_of(self, e):
+        view = Name(self._view(e))
+        return [Subscript(Attribute(view, "shape"), (Const(k),)) for k in range(type_of(self.fn, e).ndim)]
+
+    def _index(self, rank):
+        names = [self.fn.names.fresh("e") for _ in range(rank)]
+        for n in names:
+            self.fn.types[n] = nt.intp
+        return tuple(Name(n) for n in names)
+
+    def _guarded(self, shape, loop, skip):
+        """`loop` where every operand's indexed axes have the result's lengths, else the statement."""
+        checks = []
+        for e, axes in self.leaves.items():
+            if e == skip:
+                continue
+            view, at = Name(self._view(e)), shape[len(shape) - len(axes):]
+            checks += [Compare("==", Subscript(Attribute(view, "shape"), (Const(k),)), n)
+                       for k, (n, real) in enumerate(zip(at, axes)) if real]
+        if not checks:
+            return self.before + loop
+        cond = checks[0]
+        for c in checks[1:]:
+            cond = BinOp("&", cond, c)
+        return self.before + [If(cond, loop, [self.s], self.s.origin)]
+
+
+_FLOAT64 = Global("np.float64")
+
+
+def _loop(index, shape, body):
+    """`body` in a loop nest over `shape`, the variables `index` outermost first."""
+    for var, length in reversed(list(zip(index, shape))):
+        body = [For(var.id, Const(0), length, Const(1), body, body[0].origin)]
+    return body[0]
+
+
+def _axes(fn, e, ndim):
+    """Per axis of array operand `e` (of `ndim` axes): True where it is indexed, False for a new axis
+    (`m[:, None]`). Raises _Unfit for an index that is not basic (an index array)."""
+    if isinstance(e, Name):
+        return [True] * ndim
+    if not isinstance(e.base, Name) or any(index_array(fn, i) is not None for i in e.index):
+        raise _Unfit
+    axes = [i != Const(None) for i in e.index if isinstance(i, Slice) or i == Const(None)]
+    return axes + [True] * (ndim - len(axes))
+
+
+def _call_of(e):
+    return e if isinstance(e, Call) else None
+
+
+def _with_children(e, kids):
+    if isinstance(e, BinOp):
+        return BinOp(e.op, *kids)
+    if isinstance(e, UnaryOp):
+        return UnaryOp(e.op, kids[0])
+    return Call(e.fn, tuple(kids))

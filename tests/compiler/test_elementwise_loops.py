@@ -1,0 +1,112 @@
+"""Elementwise array statements run as loops over their elements (`opt/elementwise.py`): the code
+compiled has the loops; the gradients agree with finite differences at first and second order, and bit
+for bit with the same functions compiled as NumPy operations (a target whose policy leaves them); a
+broadcast the loop cannot take runs the statement as written, error included."""
+import dataclasses
+
+import numba
+import numpy as np
+import pytest
+from numba.core import types as nt
+
+import srcad as ad
+from srcad.compiler import transform
+from srcad.compiler.ad.saving import CPU
+from srcad.compiler.backends import base, numba_cpu
+from srcad.compiler.ir import Accumulate, BinOp, Const, Function, Name, Slice, Store, Subscript
+from srcad.compiler.ir.facts import Facts, Reverse
+from srcad.compiler.ir.printer import function_text
+from srcad.compiler.opt.elementwise import loop_elementwise
+from srcad.testing import check_function
+
+from test_ir import second_order_check
+
+
+class CPUWithoutLoops(numba_cpu.NumbaCPU):
+    """The CPU target with array expressions left as NumPy operations."""
+    name = "cpu-without-loops"
+    policy = dataclasses.replace(CPU, name="cpu-without-loops", elementwise_loops=False)
+
+
+base.register(CPUWithoutLoops())
+
+rng = np.random.default_rng(7)
+W, U, H0 = (rng.uniform(-1.0, 1.0, 6) for _ in range(3))
+X = rng.uniform(-1.0, 1.0, (5, 3))
+M = rng.uniform(-1.0, 1.0, 3)
+
+
+def recurrent(w, u, h0):
+    """Small vectors updated in a loop over time steps, as a recurrent cell written with NumPy."""
+    h = h0.copy()
+    total = 0.0
+    for t in range(5):
+        g = np.tanh(h * w + u)
+        h = h * 0.5 + g * (1.0 - g)
+        total += np.sum(np.exp(-h * h))
+    return total
+
+
+def centred(x, m, s):
+    """Rank 2 with a row aligned on the trailing axis, a column broadcast by a new axis, a scalar."""
+    rows = np.max(x, axis=1)
+    z = (x - m) * s - rows[:, None]
+    return np.sum(np.exp(z) * z)
+
+
+def broadcast_when_run(a, b):
+    """`b` of one element: NumPy broadcasts it, which the loop does not; of another length: an error."""
+    y = np.sin(a * b) + a
+    return np.sum(y * y)
+
+
+def _sources(fn, args):
+    t = transform(fn, tuple(numba.typeof(a) for a in args), (True,) * len(args))
+    return t.source("forward"), t.source("adjoint"), function_text(t.ir.adjoint)
+
+
+def test_array_statements_are_loops_in_the_code_compiled_only():
+    forward, adjoint, kept = _sources(recurrent, (W, U, H0))
+    assert "= np.empty((" in forward and "for e" in forward
+    assert "for e" in adjoint and "for e" not in kept         # the IR kept, differentiated again, is not rewritten
+
+
+def _gradients(target, fn, args):
+    f = ad.function(fn, target=target)
+    params = [ad.constant(a) for a in args]
+    with ad.GradientTape() as tape:
+        tape.watch(params)
+        y = f(*params)
+    return [y.numpy()] + [g.numpy() for g in tape.gradient(y, params)]
+
+
+@pytest.mark.parametrize("fn, args", [(recurrent, (W, U, H0)), (centred, (X, M, 0.7))],
+                         ids=["recurrent", "centred"])
+def test_gradients_against_finite_differences_and_bit_for_bit_against_numpy_operations(fn, args):
+    check_function(ad.function(fn), args, tuple(range(len(args))))
+    second_order_check(fn, args, (True,) * len(args))
+    looped, numpy = _gradients("cpu", fn, args), _gradients(CPUWithoutLoops.name, fn, args)
+    for a, b in zip(looped, numpy):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_broadcast_the_loop_cannot_take_runs_as_written():
+    forward, _, _ = _sources(broadcast_when_run, (W, W))
+    assert "else:" in forward                                    # the statement as written, where shapes differ
+    check_function(ad.function(broadcast_when_run), (W, np.array([0.3])), (0, 1))
+    with pytest.raises(ValueError, match="broadcast"):
+        ad.function(broadcast_when_run)(W, np.ones(4))
+
+
+def _adjoint_with(stmt):
+    ty = nt.Array(nt.float64, 1, "C")
+    return Function("f", ["d", "v"], [stmt], [Name("d")], types={"d": ty, "v": ty},
+                    facts=Facts(Reverse(saved=[], adjoints={"d"})))
+
+
+def test_an_array_the_value_reads_at_another_place_is_not_written_by_a_loop():
+    shifted = Store("d", (Slice(Const(1)),), BinOp("*", Subscript(Name("d"), (Slice(None, Const(-1)),)), Const(2.0)))
+    assert loop_elementwise(_adjoint_with(shifted)).body == [shifted]
+    same_place = Accumulate(Name("d"), BinOp("*", Name("d"), Name("v")))
+    fn = loop_elementwise(_adjoint_with(same_place))
+    assert "for e in range(d.shape[0]):" in function_text(fn) and "d[e] += d[e] * v[e]" in function_text(fn)
