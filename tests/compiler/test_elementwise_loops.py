@@ -54,6 +54,29 @@ def centred(x, m, s):
     return np.sum(np.exp(z) * z)
 
 
+def cell_steps(w, h0):
+    """A recurrent cell's vectors rebound each step: their adjoints are made again after each use, in
+    their own memory where the shape is the same."""
+    b = h0.shape[0]
+    h = h0.copy()
+    c = np.zeros_like(h0)
+    for t in range(3):
+        gates = np.concatenate((h, h)) * w
+        sig = 1.0 / (1.0 + np.exp(-gates[:b]))
+        c = c * sig + np.tanh(gates[b:])
+        h = sig * np.tanh(c)
+    return np.sum(h * h)
+
+
+def log_sum_exp_rows(x):
+    """A maximum per row: its adjoint's mask (`np.equal`, made after typing) is read by a loop."""
+    total = 0.0
+    for i in range(x.shape[0]):
+        m = np.max(x[i])
+        total += m + np.log(np.sum(np.exp(x[i] - m)))
+    return total
+
+
 def broadcast_when_run(a, b):
     """`b` of one element: NumPy broadcasts it, which the loop does not; of another length: an error."""
     y = np.sin(a * b) + a
@@ -80,14 +103,23 @@ def _gradients(target, fn, args):
     return [y.numpy()] + [g.numpy() for g in tape.gradient(y, params)]
 
 
-@pytest.mark.parametrize("fn, args", [(recurrent, (W, U, H0)), (centred, (X, M, 0.7))],
-                         ids=["recurrent", "centred"])
+@pytest.mark.parametrize("fn, args", [(recurrent, (W, U, H0)), (centred, (X, M, 0.7)), (cell_steps, (np.concatenate((W, U)), H0)),
+                                      (log_sum_exp_rows, (X,))],
+                         ids=["recurrent", "centred", "cell_steps", "log_sum_exp_rows"])
 def test_gradients_against_finite_differences_and_bit_for_bit_against_numpy_operations(fn, args):
     check_function(ad.function(fn), args, tuple(range(len(args))))
     second_order_check(fn, args, (True,) * len(args))
     looped, numpy = _gradients("cpu", fn, args), _gradients(CPUWithoutLoops.name, fn, args)
     for a, b in zip(looped, numpy):
         np.testing.assert_array_equal(a, b)
+
+
+def test_an_adjoint_made_again_in_a_loop_is_zeroed_in_its_memory_and_a_mask_is_read_in_a_loop():
+    _, adjoint, _ = _sources(cell_steps, (np.concatenate((W, U)), H0))
+    assert "if d_sig.shape == sig.shape:" in adjoint and "d_sig[:] = 0.0" in adjoint, adjoint
+    _, adjoint, _ = _sources(log_sum_exp_rows, (X,))
+    mask = [line for line in adjoint.splitlines() if "equal_of" in line and "[e" in line]
+    assert "np.equal(" in adjoint and mask and "+=" in mask[0], adjoint
 
 
 def test_a_broadcast_the_loop_cannot_take_runs_as_written():

@@ -51,12 +51,26 @@ def loop_elementwise(fn):
     """Rewrite, in place, the qualifying statements of `fn` (see the module) outside parallel loops."""
     own = fn.facts.of(Reverse).adjoints if fn.facts.has(Reverse) else set()
     own = {n for n in own if getattr(fn.types.get(n), "ndim", 0) >= 1} - viewed_arrays(fn) - arrays_held_elsewhere(fn)
-    for s in walk(fn.body):     # names passes made after typing, bound to a typed name (`g_h = d_h`)
-        if isinstance(s, Assign) and s.target not in fn.types and isinstance(s.value, Name) \
-                and s.value.id in fn.types:
-            fn.types[s.target] = fn.types[s.value.id]
+    for s in walk(fn.body):
+        if isinstance(s, Assign) and s.target not in fn.types:
+            _infer_type(fn, s)
     _in_block(fn, fn.body, own)
     return fn
+
+
+def _infer_type(fn, s):
+    """The type of a name a pass made after typing, where its value says it: another name's (`g_h = d_h`),
+    or a comparison's mask (`np.equal(terms, m)`, in the adjoint of `np.max`)."""
+    v = s.value
+    if isinstance(v, Name) and v.id in fn.types:
+        fn.types[s.target] = fn.types[v.id]
+    elif isinstance(v, Call) and v.fn in COMPARISONS and not v.keywords:
+        ranks = [t.ndim for t in (type_of(fn, a) for a in v.args) if isinstance(t, nt.Array)]
+        if ranks and all(isinstance(a, (Name, Subscript, Const)) for a in v.args):
+            fn.types[s.target] = nt.Array(nt.boolean, max(ranks), "C")
+
+
+COMPARISONS = frozenset({"np.equal", "np.not_equal", "np.less", "np.less_equal", "np.greater", "np.greater_equal"})
 
 
 def _in_block(fn, stmts, own):
@@ -229,9 +243,6 @@ class _Nest:
         if not any(isinstance(x, Call) for x in subexpressions(e)):
             return e
         name = self.fn.names.fresh("scalar")
-        arrays = [type_of(self.fn, a) for x in subexpressions(e) if isinstance(x, Call) and x.fn in SCALAR_OF_ARRAY
-                  for a in x.args]
-        self.fn.types[name] = arrays[0].dtype if len(arrays) == 1 and e == _call_of(e) else nt.float64
         self.before.append(Assign(name, e, self.s.origin))
         return Name(name)
 
@@ -290,10 +301,6 @@ def _axes(fn, e, ndim):
         raise _Unfit
     axes = [i != Const(None) for i in e.index if isinstance(i, Slice) or i == Const(None)]
     return axes + [True] * (ndim - len(axes))
-
-
-def _call_of(e):
-    return e if isinstance(e, Call) else None
 
 
 def _with_children(e, kids):

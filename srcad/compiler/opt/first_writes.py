@@ -14,7 +14,8 @@ Where an array is known to be zero along every path (the must-analysis of
 write of the whole array, `d_qx[:, :] = e` (broadcast as `+=` broadcasts, into
 the same memory); then a zeroing whose zeros are overwritten before anything
 reads them goes, and an allocation whose zeros nobody reads is made with
-`np.empty_like`. Only arrays of the adjoint's own (no other name shares their
+`np.empty_like`. An array made again in a loop after each use (`d = np.zeros_like(x)`) is
+zeroed in its own memory where it has that shape already. Only arrays of the adjoint's own (no other name shares their
 memory) are touched, and only in the code compiled: the IR differentiated
 again keeps its accumulations. A matrix product so written or added is one
 GEMM into the adjoint's memory (`runtime.matmul_into`), where the target's
@@ -114,7 +115,7 @@ def arrays_held_elsewhere(fn):
             out.add(s.target)
         elif isinstance(s, (Store, Push)) and isinstance(s.value, Name):
             out.add(s.value.id)
-        elif isinstance(s, Effect):
+        elif isinstance(s, Effect) and s.call.fn not in _KEEPS_NOTHING:
             out |= {a.id for a in s.call.args if isinstance(a, Name)}
         elif isinstance(s, Pop):
             out |= names_in(s.target)
@@ -122,6 +123,8 @@ def arrays_held_elsewhere(fn):
 
 
 _NEW = frozenset({"np.zeros_like", "np.empty_like", "np.zeros", "np.empty", "np.copy"})
+# calls made for their effect that read or write the arrays they are given and keep no hold on them
+_KEEPS_NOTHING = frozenset({"srcad.matmul_into", "srcad.add_at", "srcad.sum_into", "srcad.store_row"})
 
 
 def _in_place(fn, s, arrays):
