@@ -27,11 +27,11 @@ CPU code only (`Policy.elementwise_loops`): a GPU thread runs scalar code alread
 from numba.core import types as nt
 
 from ..analysis.types import index_array, type_of
-from ..ir import Accumulate, Assign, Attribute, BinOp, Call, Compare, Const, For, Global, If, Name, Slice, Store, \
-    Subscript, Tuple, UnaryOp, While
+from ..ir import Accumulate, Assign, Attribute, BinOp, Call, Compare, Const, Effect, For, Global, If, Name, Pop, \
+    Push, Slice, Store, Subscript, Tuple, UnaryOp
 from ..ir.facts import Reverse
-from ..ir.visit import children, names_in, subexpressions, walk
-from .first_writes import arrays_held_elsewhere, viewed_arrays
+from ..ir.visit import blocks, children, names_in, subexpressions, walk
+from .first_writes import KEEPS_NOTHING, NEW_ARRAYS, arrays_held_elsewhere, viewed_arrays, viewed_by
 
 ARITHMETIC = frozenset({"+", "-", "*", "/", "**"})
 
@@ -74,15 +74,34 @@ COMPARISONS = frozenset({"np.equal", "np.not_equal", "np.less", "np.less_equal",
 
 
 def _in_block(fn, stmts, own):
-    out = []
+    """`stmts` rewritten. Besides `own`, an array this block made anew (`d = np.zeros_like(g)` after
+    `g = d`) is written by a loop while no other name has been bound to it since."""
+    out, fresh = [], set()
     for s in stmts:
         if isinstance(s, For) and s.parallel:
             out.append(s)
+            fresh = set()
             continue
-        for block in ([s.body, s.orelse] if isinstance(s, If) else [s.body] if isinstance(s, (For, While)) else []):
+        for block in blocks(s):
             _in_block(fn, block, own)
-        out.extend(_as_loop(fn, s, own) or [s])
+        out.extend(_as_loop(fn, s, own | fresh) or [s])
+        fresh = _fresh_after(s, fresh)
     stmts[:] = out
+
+
+def _fresh_after(s, fresh):
+    """The arrays made anew and held by one name only, after `s`."""
+    inner = [t for block in blocks(s) for t in walk(block)] + [s]
+    for t in inner:
+        if isinstance(t, Assign):
+            fresh = fresh - {t.target} - viewed_by(t.value)
+        elif isinstance(t, (Store, Push)) and isinstance(t.value, Name):
+            fresh = fresh - {t.value.id}
+        elif isinstance(t, Effect) and t.call.fn not in KEEPS_NOTHING or isinstance(t, Pop):
+            fresh = fresh - names_in(t.call if isinstance(t, Effect) else t.target)
+    if isinstance(s, Assign) and isinstance(s.value, Call) and s.value.fn in NEW_ARRAYS:
+        fresh = fresh | {s.target}
+    return fresh
 
 
 class _Unfit(Exception):

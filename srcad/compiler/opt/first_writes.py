@@ -59,12 +59,16 @@ def viewed_arrays(fn):
         ty = fn.types.get(s.target) if isinstance(s, Assign) else None
         if isinstance(s, Assign) and (getattr(ty, "ndim", 0) or ty is None and not isinstance(
                 _atom_type(fn, s.value), (nt.Number, nt.Boolean))):
-            e = s.value
-            while isinstance(e, Subscript) or isinstance(e, Call) and e.fn in VIEW_CALLS and e.args:
-                e = e.base if isinstance(e, Subscript) else e.args[0]
-            if isinstance(e, Name):
-                out.add(e.id)
+            out |= viewed_by(s.value)
     return out
+
+
+def viewed_by(value):
+    """The array a value bound to a name may be a view of (`d[i]`, `d`, `np.transpose(d)`): {d}, or {}."""
+    e = value
+    while isinstance(e, Subscript) or isinstance(e, Call) and e.fn in VIEW_CALLS and e.args:
+        e = e.base if isinstance(e, Subscript) else e.args[0]
+    return {e.id} if isinstance(e, Name) else set()
 
 
 def _atom_type(fn, e):
@@ -110,21 +114,21 @@ def arrays_held_elsewhere(fn):
     or stored whole, pushed or handed to a call made for its effect: memory something else may hold."""
     out = set()
     for s in walk(fn.body):
-        if isinstance(s, Assign) and not (isinstance(s.value, Call) and s.value.fn in _NEW
+        if isinstance(s, Assign) and not (isinstance(s.value, Call) and s.value.fn in NEW_ARRAYS
                                           or isinstance(s.value, (BinOp, UnaryOp))):
             out.add(s.target)
         elif isinstance(s, (Store, Push)) and isinstance(s.value, Name):
             out.add(s.value.id)
-        elif isinstance(s, Effect) and s.call.fn not in _KEEPS_NOTHING:
+        elif isinstance(s, Effect) and s.call.fn not in KEEPS_NOTHING:
             out |= {a.id for a in s.call.args if isinstance(a, Name)}
         elif isinstance(s, Pop):
             out |= names_in(s.target)
     return out
 
 
-_NEW = frozenset({"np.zeros_like", "np.empty_like", "np.zeros", "np.empty", "np.copy"})
+NEW_ARRAYS = frozenset({"np.zeros_like", "np.empty_like", "np.zeros", "np.empty", "np.copy"})
 # calls made for their effect that read or write the arrays they are given and keep no hold on them
-_KEEPS_NOTHING = frozenset({"srcad.matmul_into", "srcad.add_at", "srcad.sum_into", "srcad.store_row"})
+KEEPS_NOTHING = frozenset({"srcad.matmul_into", "srcad.add_at", "srcad.sum_into", "srcad.store_row"})
 
 
 def _in_place(fn, s, arrays):
