@@ -13,7 +13,7 @@ import srcad as ad
 from srcad.compiler import transform
 from srcad.compiler.ad.saving import CPU
 from srcad.compiler.backends import base, numba_cpu
-from srcad.compiler.ir import Accumulate, BinOp, Const, Function, Name, Slice, Store, Subscript
+from srcad.compiler.ir import Accumulate, BinOp, Const, For, Function, Name, Slice, Store, Subscript
 from srcad.compiler.ir.facts import Facts, Reverse
 from srcad.compiler.ir.printer import function_text
 from srcad.compiler.opt.elementwise import loop_elementwise
@@ -49,9 +49,12 @@ def recurrent(w, u, h0):
 
 def centred(x, m, s):
     """Rank 2 with a row aligned on the trailing axis, a column broadcast by a new axis, a scalar."""
-    rows = np.max(x, axis=1)
-    z = (x - m) * s - rows[:, None]
-    return np.sum(np.exp(z) * z)
+    total = 0.0
+    for r in range(2):
+        rows = np.max(x, axis=1)
+        z = (x - m) * (s + r) - rows[:, None]
+        total += np.sum(np.exp(z) * z)
+    return total
 
 
 def cell_steps(w, h0):
@@ -79,8 +82,16 @@ def log_sum_exp_rows(x):
 
 def broadcast_when_run(a, b):
     """`b` of one element: NumPy broadcasts it, which the loop does not; of another length: an error."""
-    y = np.sin(a * b) + a
-    return np.sum(y * y)
+    total = 0.0
+    for r in range(2):
+        y = np.sin(a * b * (r + 1.0)) + a
+        total += np.sum(y * y)
+    return total
+
+
+def once(a, b):
+    """Array statements run once per call keep their NumPy form."""
+    return np.sum(np.sin(a * b) * a)
 
 
 def _sources(fn, args):
@@ -88,10 +99,12 @@ def _sources(fn, args):
     return t.source("forward"), t.source("adjoint"), function_text(t.ir.adjoint)
 
 
-def test_array_statements_are_loops_in_the_code_compiled_only():
+def test_array_statements_in_loops_are_loops_in_the_code_compiled_only():
     forward, adjoint, kept = _sources(recurrent, (W, U, H0))
     assert "= np.empty((" in forward and "for e" in forward
     assert "for e" in adjoint and "for e" not in kept         # the IR kept, differentiated again, is not rewritten
+    forward, adjoint, _ = _sources(once, (W, U))
+    assert "for e" not in forward + adjoint
 
 
 def _gradients(target, fn, args):
@@ -132,13 +145,13 @@ def test_a_broadcast_the_loop_cannot_take_runs_as_written():
 
 def _adjoint_with(stmt):
     ty = nt.Array(nt.float64, 1, "C")
-    return Function("f", ["d", "v"], [stmt], [Name("d")], types={"d": ty, "v": ty},
-                    facts=Facts(Reverse(saved=[], adjoints={"d"})))
+    return Function("f", ["d", "v"], [For("i", Const(0), Const(2), Const(1), [stmt])], [Name("d")],
+                    types={"d": ty, "v": ty, "i": nt.intp}, facts=Facts(Reverse(saved=[], adjoints={"d"})))
 
 
 def test_an_array_the_value_reads_at_another_place_is_not_written_by_a_loop():
     shifted = Store("d", (Slice(Const(1)),), BinOp("*", Subscript(Name("d"), (Slice(None, Const(-1)),)), Const(2.0)))
-    assert loop_elementwise(_adjoint_with(shifted)).body == [shifted]
+    assert loop_elementwise(_adjoint_with(shifted)).body[0].body == [shifted]
     same_place = Accumulate(Name("d"), BinOp("*", Name("d"), Name("v")))
     fn = loop_elementwise(_adjoint_with(same_place))
     assert "for e in range(d.shape[0]):" in function_text(fn) and "d[e] += d[e] * v[e]" in function_text(fn)

@@ -22,13 +22,15 @@ which no other name views, and only at an index the value does not read at anoth
 element is read after the loop has written it; an assignment makes a new array. Sums add in the same
 order as Numba's `np.sum` of the temporary would.
 
-CPU code only (`Policy.elementwise_loops`): a GPU thread runs scalar code already.
+Only statements inside loops, where the arrays are made again on every iteration: one run once per
+call gains little and would cost compile time (the loop nest and the statement as written are both
+compiled). CPU code only (`Policy.elementwise_loops`): a GPU thread runs scalar code already.
 """
 from numba.core import types as nt
 
 from ..analysis.types import index_array, type_of
 from ..ir import Accumulate, Assign, Attribute, BinOp, Call, Compare, Const, Effect, For, Global, If, Name, Pop, \
-    Push, Slice, Store, Subscript, Tuple, UnaryOp
+    Push, Slice, Store, Subscript, Tuple, UnaryOp, While
 from ..ir.facts import Reverse
 from ..ir.visit import blocks, children, names_in, subexpressions, walk
 from .first_writes import KEEPS_NOTHING, NEW_ARRAYS, arrays_held_elsewhere, viewed_arrays, viewed_by
@@ -48,7 +50,9 @@ SCALAR_OF_ARRAY = frozenset({"np.sum", "np.max", "np.min", "np.mean", "np.prod"}
 
 
 def loop_elementwise(fn):
-    """Rewrite, in place, the qualifying statements of `fn` (see the module) outside parallel loops."""
+    """Rewrite, in place, the qualifying statements of `fn` (see the module) inside loops, not parallel
+    ones: where the arrays are made again on every iteration. A statement run once per call keeps its
+    NumPy form, which Numba compiles faster than a loop nest and its fallback."""
     own = fn.facts.of(Reverse).adjoints if fn.facts.has(Reverse) else set()
     own = {n for n in own if getattr(fn.types.get(n), "ndim", 0) >= 1} - viewed_arrays(fn) - arrays_held_elsewhere(fn)
     for s in walk(fn.body):
@@ -73,7 +77,7 @@ def _infer_type(fn, s):
 COMPARISONS = frozenset({"np.equal", "np.not_equal", "np.less", "np.less_equal", "np.greater", "np.greater_equal"})
 
 
-def _in_block(fn, stmts, own):
+def _in_block(fn, stmts, own, in_loop=False):
     """`stmts` rewritten. Besides `own`, an array this block made anew (`d = np.zeros_like(g)` after
     `g = d`) is written by a loop while no other name has been bound to it since."""
     out, fresh = [], set()
@@ -83,8 +87,8 @@ def _in_block(fn, stmts, own):
             fresh = set()
             continue
         for block in blocks(s):
-            _in_block(fn, block, own)
-        out.extend(_as_loop(fn, s, own | fresh) or [s])
+            _in_block(fn, block, own, in_loop or isinstance(s, (For, While)))
+        out.extend(_as_loop(fn, s, own | fresh) or [s] if in_loop else [s])
         fresh = _fresh_after(s, fresh)
     stmts[:] = out
 
