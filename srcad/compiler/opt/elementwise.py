@@ -37,12 +37,12 @@ from .first_writes import KEEPS_NOTHING, NEW_ARRAYS, arrays_held_elsewhere, view
 
 ARITHMETIC = frozenset({"+", "-", "*", "/", "**"})
 
-# functions that act element by element, and whose scalar form means the same
+# functions that act element by element, and whose scalar form means the same (not `log_or_zero`,
+# `reciprocal_or_zero`, `power_slope`: their scalar forms give nan where their array forms give 0)
 ELEMENTWISE = frozenset({
     "np.exp", "np.log", "np.tanh", "np.sin", "np.cos", "np.tan", "np.sqrt", "np.abs", "np.square", "np.log1p",
     "np.expm1", "np.sinh", "np.cosh", "np.arctan", "np.arcsin", "np.arccos", "np.negative",
-    "srcad.cotangent_times", "srcad.finite_or_zero", "srcad.log_or_zero", "srcad.reciprocal_or_zero",
-    "srcad.power_slope",
+    "srcad.cotangent_times", "srcad.finite_or_zero",
 })
 
 # calls of one array giving a scalar: evaluated once, before the loop
@@ -119,7 +119,7 @@ def _as_loop(fn, s, own):
             return _Nest(fn, s).assign(s.target)
         if isinstance(s, Store) and s.array in own and _operates(s.value):
             return _Nest(fn, s, exact_operands=True).into(Subscript(Name(s.array), s.index), add=False)
-        if isinstance(s, Accumulate) and _rank_of(fn, s.target) == 0:
+        if isinstance(s, Accumulate) and isinstance(type_of(fn, s.target), nt.Float):
             summed = s.value.args[0] if isinstance(s.value, Call) and s.value.fn == "np.sum" and \
                 len(s.value.args) == 1 and not s.value.keywords else s.value if s.reduce else None
             return _Nest(fn, s, exact_operands=True).summed(summed) if summed is not None and _operates(summed) else None
@@ -180,7 +180,11 @@ class _Nest:
         if isinstance(e, (Name, Subscript)):
             return self._operand(e)
         if isinstance(e, BinOp) and e.op in ARITHMETIC:
-            return max(self.rank(e.left), self.rank(e.right))
+            rank = max(self.rank(e.left), self.rank(e.right))
+            for exact, other in ((e.left, e.right), (e.right, e.left)):
+                if self._is_exact_array(exact) and not (e.op in ("*", "/") and self._is_float(other)):
+                    raise _Unfit      # `mask + mask` is a logical or in NumPy, 2 element by element
+            return rank
         if isinstance(e, UnaryOp) and e.op == "-":
             return self.rank(e.operand)
         if isinstance(e, Call) and not e.keywords and e.fn in ELEMENTWISE:
@@ -191,6 +195,14 @@ class _Nest:
         if isinstance(e, Call) and e.fn.startswith("math.") and all(self.rank(a) == 0 for a in e.args):
             return 0
         raise _Unfit
+
+    def _is_exact_array(self, e):
+        ty = type_of(self.fn, e) if e in self.leaves else None
+        return isinstance(ty, nt.Array) and not _is_float_array(ty)
+
+    def _is_float(self, e):
+        ty = type_of(self.fn, e) if isinstance(e, (Name, Subscript, Const)) else None
+        return isinstance(getattr(ty, "dtype", ty), nt.Float)
 
     def _operand(self, e):
         ty = type_of(self.fn, e)
@@ -223,7 +235,8 @@ class _Nest:
     def into(self, region, add):
         """`region[...] = value` (or `+=`), `region` an array of the adjoint's own or a part of it."""
         rank = _rank_of(self.fn, region)
-        if not rank or self.rank(self.s.value) > rank or _axes(self.fn, region, rank) != [True] * rank:
+        if not rank or not _is_float_array(type_of(self.fn, region)) or self.rank(self.s.value) > rank \
+                or _axes(self.fn, region, rank) != [True] * rank:
             raise _Unfit
         base = _base(region)
         if any(base in names_in(x) and x != region for x in subexpressions(self.s.value)
