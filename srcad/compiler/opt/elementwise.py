@@ -29,11 +29,11 @@ compiled). CPU code only (`Policy.elementwise_loops`): a GPU thread runs scalar 
 from numba.core import types as nt
 
 from ..analysis.types import index_array, type_of
-from ..ir import Accumulate, Assign, Attribute, BinOp, Call, Compare, Const, Effect, For, Global, If, Name, Pop, \
-    Push, Slice, Store, Subscript, Tuple, UnaryOp, While
+from ..ir import Accumulate, Assign, Attribute, BinOp, Call, Compare, Const, For, Global, If, Name, Slice, Store, \
+    Subscript, Tuple, UnaryOp, While
 from ..ir.facts import Reverse
 from ..ir.visit import blocks, children, names_in, subexpressions, walk
-from .first_writes import KEEPS_NOTHING, NEW_ARRAYS, arrays_held_elsewhere, viewed_arrays, viewed_by
+from .first_writes import NEW_ARRAYS, arrays_held_elsewhere, held_after, viewed_arrays, viewed_by
 
 ARITHMETIC = frozenset({"+", "-", "*", "/", "**"})
 
@@ -95,14 +95,10 @@ def _in_block(fn, stmts, own, in_loop=False):
 
 def _fresh_after(s, fresh):
     """The arrays made anew and held by one name only, after `s`."""
-    inner = [t for block in blocks(s) for t in walk(block)] + [s]
-    for t in inner:
+    for t in [t for block in blocks(s) for t in walk(block)] + [s]:
+        fresh = fresh - held_after(t)
         if isinstance(t, Assign):
             fresh = fresh - {t.target} - viewed_by(t.value)
-        elif isinstance(t, (Store, Push)) and isinstance(t.value, Name):
-            fresh = fresh - {t.value.id}
-        elif isinstance(t, Effect) and t.call.fn not in KEEPS_NOTHING or isinstance(t, Pop):
-            fresh = fresh - names_in(t.call if isinstance(t, Effect) else t.target)
     if isinstance(s, Assign) and isinstance(s.value, Call) and s.value.fn in NEW_ARRAYS:
         fresh = fresh | {s.target}
     return fresh

@@ -110,20 +110,24 @@ def _made_again_in_place(fn, arrays):
 
 
 def arrays_held_elsewhere(fn):
-    """Arrays bound to anything but a new array (a value taken back from a stack, another name's array),
-    or stored whole, pushed or handed to a call made for its effect: memory something else may hold."""
-    out = set()
-    for s in walk(fn.body):
-        if isinstance(s, Assign) and not (isinstance(s.value, Call) and s.value.fn in NEW_ARRAYS
-                                          or isinstance(s.value, (BinOp, UnaryOp))):
-            out.add(s.target)
-        elif isinstance(s, (Store, Push)) and isinstance(s.value, Name):
-            out.add(s.value.id)
-        elif isinstance(s, Effect) and s.call.fn not in KEEPS_NOTHING:
-            out |= {a.id for a in s.call.args if isinstance(a, Name)}
-        elif isinstance(s, Pop):
-            out |= names_in(s.target)
-    return out
+    """Arrays whose memory something besides their name may hold (`held_after`, anywhere in `fn`)."""
+    return set().union(*(held_after(s) for s in walk(fn.body)))
+
+
+def held_after(s):
+    """The names whose array another holder may keep after `s`: a name bound to anything but a new array
+    (a value taken back from a stack, another name's array), an array stored whole or pushed, arrays
+    handed to a call made for its effect."""
+    if isinstance(s, Assign):
+        new = isinstance(s.value, Call) and s.value.fn in NEW_ARRAYS or isinstance(s.value, (BinOp, UnaryOp))
+        return set() if new else {s.target}
+    if isinstance(s, (Store, Push)) and isinstance(s.value, Name):
+        return {s.value.id}
+    if isinstance(s, Effect) and s.call.fn not in KEEPS_NOTHING:
+        return names_in(s.call)
+    if isinstance(s, Pop):
+        return names_in(s.target)
+    return set()
 
 
 NEW_ARRAYS = frozenset({"np.zeros_like", "np.empty_like", "np.zeros", "np.empty", "np.copy"})
