@@ -20,3 +20,23 @@ os.environ.setdefault("SRCAD_CACHE_DIR", _TESTS_CACHE)
 os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(_TESTS_CACHE, "numba"))
 if os.environ.get("SRCAD_GPU") != "1":         # the GPU tests (tests/cuda) run on Numba's CUDA simulator
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+
+
+import sys                                     # noqa: E402  (after the settings above, which must precede Numba)
+import zlib                                    # noqa: E402
+
+import numpy as np                             # noqa: E402
+import pytest                                  # noqa: E402
+
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture(autouse=True)
+def inputs_of_this_test(request):
+    """Every test module's shared `rng` (the test's own and those of the modules whose helpers it calls)
+    restarts, for each test, from a seed of the test's name and the module's: a test draws the same inputs
+    whichever tests pytest-xdist ran before it in the same worker, so a failure reproduces when run alone."""
+    for name, module in list(sys.modules.items()):
+        if (isinstance(getattr(module, "rng", None), np.random.Generator)
+                and os.path.abspath(getattr(module, "__file__", None) or "/").startswith(_TESTS)):
+            module.rng = np.random.default_rng(zlib.crc32(f"{request.node.nodeid} {name}".encode()))

@@ -657,7 +657,7 @@ def log_determinant_and_powers(A):
 
 def test_log_determinants_and_matrix_powers():
     """At second order on fewer powers: that of every power at once is among the slowest compiles of the suite."""
-    C = 0.3 * rng.normal(size=(3, 3)) + np.eye(3)
+    C = 0.15 * rng.normal(size=(3, 3)) + np.eye(3)     # far from singular: A ** -2 at a near-singular A defeats FD
     check_function(ad.function(log_determinants_and_powers), (C,), (0,))
     second_order_check(log_determinant_and_powers, (C,), (True,))
     np.testing.assert_allclose(ad.function(log_determinants_and_powers)(C).numpy(),
