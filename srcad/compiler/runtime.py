@@ -476,7 +476,7 @@ def _log_or_zero_overload(x):
         return array
 
     def scalar(x):
-        return np.log(x) if x > 0 else 0.0 * x
+        return np.log(x) if x > 0 else 0.0
     return scalar
 
 
@@ -495,7 +495,7 @@ def _power_slope_overload(a, b):
         return array_exponent
 
     def scalar_exponent(a, b):
-        return b * a ** (b - 1.0) if b != 0 else 0.0 * a
+        return b * a ** (b - 1.0 if b != 0 else 0.0)
     return scalar_exponent
 
 
@@ -576,7 +576,7 @@ def _reciprocal_or_zero_overload(x):
         return array
 
     def scalar(x):
-        return 1.0 / x if x > 0 else 0.0 * x
+        return 1.0 / x if x > 0 else 0.0
     return scalar
 
 

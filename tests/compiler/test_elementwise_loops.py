@@ -145,15 +145,15 @@ def test_a_broadcast_the_loop_cannot_take_runs_as_written():
 
 
 def powers(x, y):
-    """`x ** y` with x = -inf: the partial in y is `log_or_zero(x) * x ** y`, 0 there as NumPy's array
-    form gives it (its scalar form would give nan, so such calls keep their array form)."""
+    """`x ** y` with x = -inf: the partial in y is `log_or_zero(x) * x ** y`, 0 there in the array form and
+    in the scalar form the loop calls."""
     total = 0.0
     for r in range(2):
         total += np.sum(x ** y)
     return total
 
 
-def test_helpers_whose_scalar_form_differs_keep_their_array_form():
+def test_helpers_with_a_zero_convention_loop_to_the_same_values():
     x, y = np.array([-np.inf, 2.0, 3.0]), np.array([-1.0, 2.0, 0.5])
     looped, numpy = _gradients("cpu", powers, (x, y)), _gradients(CPUWithoutLoops.name, powers, (x, y))
     assert looped[2][0] == 0.0

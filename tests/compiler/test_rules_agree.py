@@ -32,6 +32,10 @@ def log_at(x):
     return np.sum(np.log(x))
 
 
+def scalar_power(a, b):
+    return a ** b
+
+
 def scalar_max_ties(a, b):
     return max(a, b) + 2.0 * min(a, b) + abs(a - b)
 
@@ -50,6 +54,9 @@ EDGES = [
     (power_at, (np.array([0.0, 0.0]), np.array([0.0, 1.0]))),
     (log_at, (np.array([0.0, 1.0, 2.0]),)),
     (scalar_max_ties, (1.5, 1.5)),
+    (scalar_power, (-np.inf, -1.0)),       # log_or_zero(-inf) is 0 in scalar code as in arrays: not nan
+    (scalar_power, (np.inf, 0.0)),         # power_slope with exponent 0 is 0, whatever the base
+    (scalar_power, (np.nan, 0.0)),
     (smooth, (np.array([0.3, -0.7, 1.2]), np.array([0.9, 0.4, 1.1]))),
 ]
 

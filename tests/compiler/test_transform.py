@@ -231,12 +231,13 @@ def test_design_example_saves_only_r():
 
 def test_straight_line_loop_saves_only_its_state():
     """An integrator step saves x and v once per iteration; its adjoints read only those
-    iteration-start values, so the reverse sweep restores them and recomputes nothing."""
+    iteration-start values, so the reverse sweep restores them and recomputes nothing (both on one
+    stack, opt/merged_stacks.py)."""
     t = compiled(C.integrator, (np.array([2.0, 0.3]), 0.8, 50), (True, True, False))
     forward = t.source("forward")
-    assert "def integrator_forward(p, x0, n, v_stack, x_stack):" in forward
+    assert "def integrator_forward(p, x0, n, saved_float64):" in forward
     adjoint = [line.strip() for line in t.source("adjoint").splitlines()]
-    assert "x = x_stack[x_stack_top]" in adjoint and "v = v_stack[v_stack_top]" in adjoint
+    assert "x = saved_float64[saved_float64_top]" in adjoint and "v = saved_float64[saved_float64_top]" in adjoint
     assert not any(line.startswith(("a = ", "x2 = ")) for line in adjoint)
 
 

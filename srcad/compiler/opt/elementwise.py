@@ -37,12 +37,12 @@ from .first_writes import NEW_ARRAYS, arrays_held_elsewhere, held_after, viewed_
 
 ARITHMETIC = frozenset({"+", "-", "*", "/", "**"})
 
-# functions that act element by element, and whose scalar form means the same (not `log_or_zero`,
-# `reciprocal_or_zero`, `power_slope`: their scalar forms give nan where their array forms give 0)
+# functions that act element by element, and whose scalar form gives what their array form gives
 ELEMENTWISE = frozenset({
     "np.exp", "np.log", "np.tanh", "np.sin", "np.cos", "np.tan", "np.sqrt", "np.abs", "np.square", "np.log1p",
     "np.expm1", "np.sinh", "np.cosh", "np.arctan", "np.arcsin", "np.arccos", "np.negative",
-    "srcad.cotangent_times", "srcad.finite_or_zero",
+    "srcad.cotangent_times", "srcad.finite_or_zero", "srcad.log_or_zero", "srcad.reciprocal_or_zero",
+    "srcad.power_slope",
 })
 
 # calls of one array giving a scalar: evaluated once, before the loop
