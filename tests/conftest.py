@@ -40,3 +40,13 @@ def inputs_of_this_test(request):
         if (isinstance(getattr(module, "rng", None), np.random.Generator)
                 and os.path.abspath(getattr(module, "__file__", None) or "/").startswith(_TESTS)):
             module.rng = np.random.default_rng(zlib.crc32(f"{request.node.nodeid} {name}".encode()))
+
+
+# modules whose tests compile the most code each: run first, so that the workers end on short tests
+# (pytest-xdist's worksteal hands out the queue from its end; a long test started last is a tail)
+_LONGEST_FIRST = ("test_numba_values.py", "test_kernels.py", "test_barriers.py", "test_random_programs.py",
+                  "test_adbench.py", "test_elementwise_loops.py", "test_benchmarks.py")
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: item.path.name not in _LONGEST_FIRST)

@@ -39,6 +39,7 @@ from .ir.visit import blocks, clone, walk
 from .opt.accumulate import sum_invariant_accumulations
 from .opt.first_writes import write_first_accumulations
 from .opt.merged_stacks import merge_stacks
+from .opt.recomputed_saves import recompute_cheap_saves
 from .opt.saved_when_made import save_when_made
 from .opt.elementwise import loop_elementwise
 from .opt.shared import compute_repeats_once
@@ -175,10 +176,10 @@ def _elementwise(program):
 
 def _lower_stacks(program):
     """The IR is kept as the reverse pass left it; the compiled code saves scalars in loops when they are
-    made and several on one stack (`opt/saved_when_made.py`, `opt/merged_stacks.py`), then the target
-    lowers its stacks."""
+    made, makes the cheap ones again instead, and keeps several on one stack (`opt/saved_when_made.py`,
+    `opt/recomputed_saves.py`, `opt/merged_stacks.py`), then the target lowers its stacks."""
     program.ir = IR(program.primal, copy_function(program.forward), copy_function(program.adjoint))
-    save_when_made(program.forward, program.adjoint)
+    recompute_cheap_saves(program.forward, program.adjoint, save_when_made(program.forward, program.adjoint))
     merge_stacks(program.forward, program.adjoint)
     for fn in (program.forward, program.adjoint):
         program.backend.lower(fn)

@@ -2,6 +2,7 @@
 string options, records and named tuples, complex intermediates, and the NumPy functions of Numba's list.
 Each kernel: the result equal to Python's, tape gradients against finite differences
 (`srcad.testing.check_function`), second order through the IR where it applies (`test_ir`)."""
+import functools
 import math
 import types
 from collections import namedtuple
@@ -38,6 +39,9 @@ ORIGIN = Point(0.5, -1.5)
 WEIGHTS = np.array([[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]])
 INT_TABLE = np.array([3, 1, 2])
 OBJECTS = np.array([1.0, "a"], dtype=object)
+
+
+njit = functools.cache(numba.njit)      # Numba's own compile of a function, once for all its calls (and shapes)
 
 
 def check(fn, args, active, second=True):
@@ -439,7 +443,7 @@ def test_running_products_joins_convolution_and_vandermonde(name):
     fn, args, active = _JOINS[name]
     check_function(ad.function(fn), args, active)
     second_order_check(fn, args, tuple(i in active for i in range(len(args))))
-    np.testing.assert_allclose(ad.function(fn)(*args).numpy(), numba.njit(fn)(*args), rtol=1e-12)
+    np.testing.assert_allclose(ad.function(fn)(*args).numpy(), njit(fn)(*args), rtol=1e-12)
 
 
 def interpolated(x, xp, fp):
@@ -490,7 +494,7 @@ def test_interpolation_quantiles_and_covariances(name):
     fn, args, active, again = _WRITTEN_IN_PYTHON[name]
     check_function(ad.function(fn), args, active)
     second_order_check(again, args, tuple(i in active for i in range(len(args))))
-    np.testing.assert_allclose(ad.function(fn)(*args).numpy(), numba.njit(fn)(*args), rtol=1e-12)
+    np.testing.assert_allclose(ad.function(fn)(*args).numpy(), njit(fn)(*args), rtol=1e-12)
 
 
 def percentile_of(a, q):
@@ -515,7 +519,7 @@ def test_quantile_and_interpolation_errors_are_numbas():
     assert ad.function(percentile_of)(np.array([3.0]), 50.0).numpy() == 3.0
     single = np.linspace(0.0, 1.0, 5).astype(np.float32), np.array([0.0, 0.5, 1.0], np.float32), \
         np.array([1.0, 3.0, 2.0], np.float32)
-    assert ad.function(interpolated_on)(*single).dtype == numba.njit(interpolated_on)(*single).dtype == np.float64
+    assert ad.function(interpolated_on)(*single).dtype == njit(interpolated_on)(*single).dtype == np.float64
 
 
 def extrema_along_axes(A, v, T):
@@ -555,7 +559,7 @@ def test_functions_written_as_others():
     second_order_check(nan_product, (v,), (True,))
     second_order_check(products, (v,), (True,))
     for fn, a in ((written_as_others, args), (nan_product, (v,))):
-        np.testing.assert_allclose(ad.function(fn)(*a).numpy(), numba.njit(fn)(*a), rtol=1e-12)
+        np.testing.assert_allclose(ad.function(fn)(*a).numpy(), njit(fn)(*a), rtol=1e-12)
 
 
 def flips(A, v):
@@ -661,7 +665,7 @@ def test_log_determinants_and_matrix_powers():
     check_function(ad.function(log_determinants_and_powers), (C,), (0,))
     second_order_check(log_determinant_and_powers, (C,), (True,))
     np.testing.assert_allclose(ad.function(log_determinants_and_powers)(C).numpy(),
-                               numba.njit(log_determinants_and_powers)(C), rtol=1e-12)
+                               njit(log_determinants_and_powers)(C), rtol=1e-12)
 
 
 def test_eigen_decomposition_of_a_symmetric_matrix():
@@ -669,14 +673,14 @@ def test_eigen_decomposition_of_a_symmetric_matrix():
     S = S + S.T
     check_function(ad.function(spectra), (S,), (0,))
     second_order_check(spectra, (S,), (True,))
-    np.testing.assert_allclose(ad.function(spectra)(S).numpy(), numba.njit(spectra)(S), rtol=1e-12)
+    np.testing.assert_allclose(ad.function(spectra)(S).numpy(), njit(spectra)(S), rtol=1e-12)
 
 
 def test_singular_values_and_the_refusal_of_singular_vectors():
     for shape in ((3, 5), (5, 3), (4, 4)):
         M = rng.normal(size=shape)
         check_function(ad.function(singular_values), (M,), (0,))
-        np.testing.assert_allclose(ad.function(singular_values)(M).numpy(), numba.njit(singular_values)(M), rtol=1e-12)
+        np.testing.assert_allclose(ad.function(singular_values)(M).numpy(), njit(singular_values)(M), rtol=1e-12)
     M = ad.Variable(rng.normal(size=(3, 3)))
     with pytest.raises(TransformError, match=r"no derivative rule for `srcad.left_singular_vectors` \(the derivatives "
                                              r"of singular vectors are not built; singular values are differentiated"):
@@ -729,13 +733,13 @@ def test_orthogonal_factors_least_squares_and_pseudo_inverses():
     for m, n in ((5, 3), (4, 4), (3, 5)):
         args = (rng.normal(size=(m, n)), rng.normal(size=(m, min(m, n))), rng.normal(size=(min(m, n), n)))
         check(orthogonal_factors, args, (0,), second=False)      # (second order once, below: same types)
-        np.testing.assert_allclose(ad.function(orthogonal_factors)(*args).numpy(), numba.njit(orthogonal_factors)(*args),
+        np.testing.assert_allclose(ad.function(orthogonal_factors)(*args).numpy(), njit(orthogonal_factors)(*args),
                                    rtol=1e-12)
     second_order_check(orthogonal_factors, args, (True, False, False))
     for A, b in ((rng.normal(size=(5, 3)), rng.normal(size=5)), (rng.normal(size=(5, 3)), rng.normal(size=(5, 2))),
                  (rng.normal(size=(3, 4)), rng.normal(size=3))):
         check(least_squares_fit, (A, b), (0, 1), second=False)
-        np.testing.assert_allclose(ad.function(least_squares_fit)(A, b).numpy(), numba.njit(least_squares_fit)(A, b),
+        np.testing.assert_allclose(ad.function(least_squares_fit)(A, b).numpy(), njit(least_squares_fit)(A, b),
                                    rtol=1e-12)
     second_order_check(pseudo_solution, (A, b), (True, True))
     line = line_of(fit_residuals, "np.linalg.lstsq")
@@ -757,7 +761,7 @@ def test_eigen_decomposition_of_a_general_matrix():
     W = rng.normal(size=(4, 4))
     check(general_eigen, (A, W), (0,))
     second_order_check(general_eigen, (A, W), (True, False))
-    np.testing.assert_allclose(ad.function(general_eigen)(A, W).numpy(), numba.njit(general_eigen)(A, W), rtol=1e-12)
+    np.testing.assert_allclose(ad.function(general_eigen)(A, W).numpy(), njit(general_eigen)(A, W), rtol=1e-12)
 
 
 def orbit_vectors(r, v, H):
@@ -773,7 +777,7 @@ def test_cross_products():
     args = (np.array([1.0, 2.0, 0.5]), np.array([-0.3, 0.4, 0.9]), rng.normal(size=(4, 3)))
     check(orbit_vectors, args, (0, 1, 2), second=False)
     second_order_check(orbit_vectors, args, (True, True, True))
-    np.testing.assert_allclose(ad.function(orbit_vectors)(*args).numpy(), numba.njit(orbit_vectors)(*args), rtol=1e-12)
+    np.testing.assert_allclose(ad.function(orbit_vectors)(*args).numpy(), njit(orbit_vectors)(*args), rtol=1e-12)
 
 
 def factorisations_in_any_dtype(A, B):
@@ -870,4 +874,4 @@ def test_every_function_of_numbas_list_has_a_rule_or_a_reason():
     (nan_statistics, (np.array([0.3, 1.2, -0.4, 2.2, 0.9]),)),
 ], ids=["module_array", "string_options", "record", "nan_functions"])
 def test_the_primal_equals_numbas(fn, args):
-    np.testing.assert_allclose(ad.function(fn)(*args).numpy(), numba.njit(fn)(*args), rtol=1e-12)
+    np.testing.assert_allclose(ad.function(fn)(*args).numpy(), njit(fn)(*args), rtol=1e-12)
