@@ -44,10 +44,10 @@ def merge_stacks(forward, adjoint):
         if name in elsewhere or stack.top in elsewhere or len(_distinct(pushes.get(name, ()))) != 1 \
                 or len(_distinct(pops.get(name, ()))) != 1 or len(reserves.get(name, ())) > 1:
             continue
-        reserve = reserves.get(name, [None])[0]
-        if reserve is None and not stack.checked:
+        reserved_in = reserves.get(name, [None])[0]          # the block of its one reservation, if any
+        if reserved_in is None and not stack.checked:
             continue
-        key = (id(pushes[name][0]), id(pops[name][0]), id(reserve), stack.item, stack.checked)
+        key = (id(pushes[name][0]), id(pops[name][0]), id(reserved_in), stack.item, stack.checked)
         candidates.setdefault(key, []).append(name)
     kept = {}
     for names in candidates.values():

@@ -30,11 +30,11 @@ def recompute_cheap_saves(forward, adjoint, moved):
     pops = _sites(adjoint, Pop)
     fixed = _assigned_nowhere(forward, adjoint)
     made_again = []
-    available = {}               # id of a reversed body -> names its top pops or makes again, in push order
+    ready = {}                   # id of a reversed body -> the names its top pops or makes again, in push order
     for stack in moved:
         (block, push), (body, pop) = pushes[stack], pops[stack]
         value = _definition(block, push)
-        known = available.setdefault(id(body), [])
+        known = ready.setdefault(id(body), [])
         if value is not None and _cheap(value) and names_in(value) <= fixed | set(known):
             made_again.append((stack, block, push, body, pop, Assign(push.value.id, value, pop.origin)))
         known.append(push.value.id)
@@ -68,9 +68,9 @@ def _cheap(expr):
 
 
 def _assigned_nowhere(forward, adjoint):
-    """Parameters of the forward that neither function assigns: the same value wherever they are read."""
+    """Parameters of both functions that neither assigns: the same value wherever they are read."""
     bound = {n for fn in (forward, adjoint) for s in walk(fn.body) for n in defines(s)}
-    return set(forward.params) - bound - set(forward.workspace)
+    return (set(forward.params) & set(adjoint.params)) - bound - set(forward.workspace)
 
 
 def _pops_at_top(body):

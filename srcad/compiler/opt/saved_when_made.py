@@ -29,8 +29,8 @@ from ..ir.visit import all_blocks, defines, names_in, reads, walk
 def save_when_made(forward, adjoint):
     """Rewrite, in place, the forward's pushes and the adjoint's pops that qualify; returns the stacks moved."""
     pushes, pops = _statements(forward, Push), _statements(adjoint, Pop)
-    loop_bodies = _serial_loop_bodies(adjoint)
-    moved = [stack for stack in pushes if _qualifies(forward, adjoint, stack, pushes, pops, loop_bodies)]
+    bodies = (_serial_loop_bodies(forward), _serial_loop_bodies(adjoint))
+    moved = [stack for stack in pushes if _qualifies(forward, adjoint, stack, pushes, pops, bodies)]
     for stack in moved:                       # in the order pushed: each pop goes in front of those before
         (block, push), (body, pop) = pushes[stack][0], pops[stack][0]
         k = _index(block, push)
@@ -60,21 +60,24 @@ def _index(block, stmt):
     return next(k for k, s in enumerate(block) if s is stmt)
 
 
-def _qualifies(forward, adjoint, stack, pushes, pops, loop_bodies):
-    """Is the stack pushed once, in a loop body, with a scalar that the next statement assigns (the
-    body's only assignment of it), and popped once into it at the top level of a loop body of the
-    adjoint, its only assignment there, and read in the adjoint only before that pop in that body?"""
+def _qualifies(forward, adjoint, stack, pushes, pops, bodies):
+    """Is the stack pushed once, in a loop body of the forward (`bodies`: the serial loop bodies of the
+    forward, of the adjoint), with a scalar (workspace stacks hold scalars only) that the next statement
+    assigns, the body's only assignment of it; and popped once into it at the top level of a loop body of
+    the adjoint (the reverse sweep mirrors loops: that is the push's loop reversed), its only assignment
+    there, and read in the adjoint only before that pop in that body?"""
     if stack not in forward.workspace or len(pushes[stack]) != 1 or len(pops.get(stack, ())) != 1:
         return False
     (block, push), (body, pop) = pushes[stack][0], pops[stack][0]
     k = _index(block, push)
-    if not isinstance(push.value, Name) or not any(block is b for b in _serial_loop_bodies(forward)):
+    forward_bodies, adjoint_bodies = bodies
+    if not isinstance(push.value, Name) or not any(block is b for b in forward_bodies):
         return False
     name = push.value.id
     if k + 1 == len(block) or not isinstance(block[k + 1], Assign) or block[k + 1].target != name \
             or sum(name in defines(s) for s in walk(block)) != 1:
         return False
-    if not any(body is b for b in loop_bodies) or not isinstance(pop.target, Name) or pop.target.id != name \
+    if not any(body is b for b in adjoint_bodies) or not isinstance(pop.target, Name) or pop.target.id != name \
             or sum(name in defines(s) for s in walk(adjoint.body)) != 1:
         return False
     before = {id(s) for s in walk(body[:_index(body, pop)])}
