@@ -124,6 +124,18 @@ def all_blocks(stmts):
             yield from all_blocks(block)
 
 
+def stack_statements(fn, kind):
+    """{stack: [(block, statement)] of `fn`'s statements of `kind` (Push, Pop, Reserve) on it}, the stacks
+    in the order their first such statement comes in `fn`."""
+    found = {}
+    for block in all_blocks(fn.body):
+        for s in block:
+            if isinstance(s, kind):
+                found.setdefault(s.stack, []).append((block, s))
+    order = {id(s): k for k, s in enumerate(walk(fn.body))}
+    return dict(sorted(found.items(), key=lambda item: order[id(item[1][0][1])]))
+
+
 def own_exprs(s):
     """The expressions statement `s` itself evaluates (not those of its nested blocks)."""
     if isinstance(s, Assign):

@@ -26,19 +26,16 @@ from dataclasses import replace
 
 from ..ir import BinOp, Name, Pop, Push, Reserve, Tuple
 from ..ir.facts import Reverse
-from ..ir.visit import all_blocks, names_in, own_exprs, walk
+from ..ir.visit import names_in, own_exprs, stack_statements, walk
 
 
 def merge_stacks(forward, adjoint):
     """Merge, in place, the forward's workspace stacks that qualify; returns {merged stack: the stack kept}."""
-    pushes, pops, reserves = _sites(forward, Push), _sites(adjoint, Pop), _sites(forward, Reserve)
-    elsewhere = (_sites(forward, Pop).keys() | _sites(adjoint, Push).keys() | _sites(adjoint, Reserve).keys()
+    pushes, pops, reserves = _blocks(forward, Push), _blocks(adjoint, Pop), _blocks(forward, Reserve)
+    elsewhere = (_blocks(forward, Pop).keys() | _blocks(adjoint, Push).keys() | _blocks(adjoint, Reserve).keys()
                  | _read_otherwise(forward) | _read_otherwise(adjoint))
     candidates = {}
-    first_pushed = {}
-    for s in walk(forward.body):
-        if isinstance(s, Push):
-            first_pushed.setdefault(s.stack, len(first_pushed))
+    first_pushed = {name: k for k, name in enumerate(pushes)}
     for name in sorted(forward.workspace, key=lambda n: first_pushed.get(n, -1)):
         stack = forward.stacks[name]
         if name in elsewhere or stack.top in elsewhere or len(_distinct(pushes.get(name, ()))) != 1 \
@@ -61,14 +58,9 @@ def merge_stacks(forward, adjoint):
     return kept
 
 
-def _sites(fn, kind):
-    """{stack: the blocks of `fn` holding a statement of `kind` on it, once per statement}."""
-    found = {}
-    for block in all_blocks(fn.body):
-        for s in block:
-            if isinstance(s, kind):
-                found.setdefault(s.stack, []).append(block)
-    return found
+def _blocks(fn, kind):
+    """{stack: the block of each of `fn`'s statements of `kind` on it}, in the order of `stack_statements`."""
+    return {stack: [block for block, _ in found] for stack, found in stack_statements(fn, kind).items()}
 
 
 def _distinct(blocks):

@@ -17,7 +17,7 @@ arguments). It is then computed at the top of the reversed body, after the
 pops, in the order the forward made it.
 """
 from ..ir import Assign, BinOp, Const, Name, Pop, Push, UnaryOp
-from ..ir.visit import all_blocks, defines, names_in, subexpressions, walk
+from ..ir.visit import defines, names_in, stack_statements, subexpressions, walk
 from .cleanup import drop_unread_saved
 
 CHEAP = frozenset({"+", "-", "*", "/"})
@@ -26,8 +26,7 @@ CHEAP = frozenset({"+", "-", "*", "/"})
 def recompute_cheap_saves(forward, adjoint, moved):
     """Rewrite, in place, the saves of `moved` (stacks `save_when_made` moved, in the order pushed) that
     qualify; returns them."""
-    pushes = _sites(forward, Push)
-    pops = _sites(adjoint, Pop)
+    pushes, pops = _only(stack_statements(forward, Push)), _only(stack_statements(adjoint, Pop))
     fixed = _assigned_nowhere(forward, adjoint)
     made_again = []
     ready = {}                   # id of a reversed body -> the names its top pops or makes again, in push order
@@ -50,9 +49,9 @@ def recompute_cheap_saves(forward, adjoint, moved):
     return [m[0] for m in made_again]
 
 
-def _sites(fn, kind):
-    """{stack: (block, statement)} of the statements of `kind` (one per stack of `moved`)."""
-    return {s.stack: (block, s) for block in all_blocks(fn.body) for s in block if isinstance(s, kind)}
+def _only(sites):
+    """{stack: its one (block, statement)}: `moved` stacks have one push and one pop."""
+    return {stack: found[0] for stack, found in sites.items()}
 
 
 def _definition(block, push):

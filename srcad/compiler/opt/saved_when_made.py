@@ -23,12 +23,12 @@ order, so stacks treated so still merge (`merged_stacks.py`). This runs on
 the code compiled only; `Program.ir` keeps the plain saves.
 """
 from ..ir import Assign, For, Name, Pop, Push, While
-from ..ir.visit import all_blocks, defines, names_in, reads, walk
+from ..ir.visit import defines, names_in, reads, stack_statements, walk
 
 
 def save_when_made(forward, adjoint):
     """Rewrite, in place, the forward's pushes and the adjoint's pops that qualify; returns the stacks moved."""
-    pushes, pops = _statements(forward, Push), _statements(adjoint, Pop)
+    pushes, pops = stack_statements(forward, Push), stack_statements(adjoint, Pop)
     bodies = (_serial_loop_bodies(forward), _serial_loop_bodies(adjoint))
     moved = [stack for stack in pushes if _qualifies(forward, adjoint, stack, pushes, pops, bodies)]
     for stack in moved:                       # in the order pushed: each pop goes in front of those before
@@ -37,17 +37,6 @@ def save_when_made(forward, adjoint):
         block[k], block[k + 1] = block[k + 1], block[k]
         body.insert(0, body.pop(_index(body, pop)))
     return moved
-
-
-def _statements(fn, kind):
-    """{stack: [(block, statement)] of the statements of `kind` on it, in the order of `fn`}."""
-    found = {}
-    for block in all_blocks(fn.body):
-        for s in block:
-            if isinstance(s, kind):
-                found.setdefault(s.stack, []).append((block, s))
-    order = {id(s): k for k, s in enumerate(walk(fn.body))}
-    return dict(sorted(found.items(), key=lambda item: order[id(item[1][0][1])]))
 
 
 def _serial_loop_bodies(fn):
