@@ -42,22 +42,24 @@ class Transformed:
     * ``adjoint(*args, saved, d_out)`` returns one gradient per *active* argument, in argument order;
       ``d_out`` has the structure of the outputs (one float or array, or a tuple). Gradients have the
       argument's shape and dtype (float32 scalars: float32). It leaves ``saved`` as it was, so it may
-      run more than once (persistent tapes).
+      run more than once (persistent tapes). Where the target compiled a plain adjoint (no zero-cotangent
+      guards, `opt/plain_adjoint.py`), that one runs first, and the guarded one only where its gradients
+      hold a nan.
 
     ``returns_tuple``, ``n_outputs`` and ``output_types`` describe the outputs; ``source(kind)`` gives
     the generated code of "primal", "forward" or "adjoint"; ``written_params`` names the parameters the
     function writes into (an argument sharing memory with one of them is refused by the caller);
-    ``dispatchers`` are the three compiled functions; ``ir`` the IR before target lowering (`IR`);
-    ``backend`` the target it was compiled for; ``from_cache`` whether it was loaded from the disk
+    ``dispatchers`` are the primal, the forward and the adjoint that runs first; ``ir`` the IR before
+    target lowering (`IR`); ``backend`` the target it was compiled for; ``from_cache`` whether it was loaded from the disk
     cache instead of generated; ``order`` 1 for a function of the user's, n + 1 for one derived
     (`derived.py`) from a transform of order n.
     """
 
-    def __init__(self, name, primal, forward, adjoint, meta, active, backend, output_types=None, ir=None,
-                 from_cache=False):
+    def __init__(self, name, primal, forward, adjoint, plain_adjoint, meta, active, backend, output_types=None,
+                 ir=None, from_cache=False):
         self.name = name
         self.primal = primal
-        self._forward, self._adjoint = forward, adjoint
+        self._forward, self._adjoint, self._plain_adjoint = forward, adjoint, plain_adjoint
         self.backend = backend
         self.sources = meta["sources"]
         self.returns_tuple = meta["returns_tuple"]
@@ -139,6 +141,10 @@ class Transformed:
             saved.used = True
             saved, state = saved.values, saved.state
         with self.backend.running(state):
+            if self._plain_adjoint is not None:
+                gradients = self._plain_adjoint(*values, *saved, *d_outs)
+                if not holds_nan(gradients):
+                    return gradients
             return self._adjoint(*values, *saved, *d_outs)
 
     def adjoint_rows(self, values, saved, d_out_rows, buffers):
@@ -165,7 +171,7 @@ class Transformed:
 
     @property
     def dispatchers(self):
-        return (self.primal, self._forward, self._adjoint)
+        return (self.primal, self._forward, self._plain_adjoint or self._adjoint)
 
     def source(self, kind="adjoint"):
         if kind not in self.sources:
@@ -174,6 +180,16 @@ class Transformed:
 
     def __repr__(self):
         return f"<Transformed {self.name} outputs={self.n_outputs} active={self.active} target={self.backend.name}>"
+
+
+def holds_nan(value):
+    """Does `value` (a gradient: a number, an array, or a tuple or list of them) hold a nan? A sum is one
+    pass without a temporary array; one that is nan from inf - inf only makes the caller check again."""
+    if isinstance(value, (tuple, list)):
+        return any(holds_nan(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind in "fc" and bool(np.isnan(value.sum()))
+    return isinstance(value, (float, complex, np.floating, np.complexfloating)) and value != value
 
 
 def _copies(args):

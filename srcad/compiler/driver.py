@@ -20,7 +20,7 @@ from .ir.facts import Aliasing, Bounds, OptionalValues, Reverse
 from .pipeline import ListOfArrays, Program, check_arguments, copy_function, finish, front
 
 _META_KEYS = ("sources", "returns_tuple", "n_outputs", "written_params", "workspace", "slots", "sites",
-              "once_per_forward", "optional_outputs", "module_sha256")
+              "once_per_forward", "optional_outputs", "plain_adjoint", "module_sha256")
 
 
 def transform(pyfunc, arg_types, active, boundscheck=True, target="cpu"):
@@ -99,32 +99,33 @@ def _load_entry(program, primal, root, base, regenerate):
     source = cache.read_module(root / f"{base}.py") if meta is not None else None
     if source is None or cache.content_hash(source) != meta["module_sha256"]:
         return None
-    forward, adjoint = _load(root / f"{base}.py", source, [], primal.name, meta["sites"], program.backend)
-    return Transformed(primal.name, primal, forward, adjoint, meta, program.active, program.backend, ir=regenerate,
+    loaded = _load(root / f"{base}.py", source, [], primal.name, meta["sites"], program.backend, meta["plain_adjoint"])
+    return Transformed(primal.name, primal, *loaded, meta, program.active, program.backend, ir=regenerate,
                        from_cache=True)
 
 
 def _compile(program, primal, root, base):
     """Print, write, load and describe the forward and adjoint of `program`."""
     backend, name = program.backend, primal.name
-    forward, adjoint = program.forward, program.adjoint
-    source, origins = backend.module_source([forward, adjoint], name)
+    forward, adjoint, plain = program.forward, program.adjoint, program.plain_adjoint
+    source, origins = backend.module_source([forward, *program.adjoints()], name)
     path = root / f"{base}.py"
     cache.write_module(path, source)
     sites = program.primal.facts.of(Bounds).sites
-    fwd, adj = _load(path, source, origins, name, sites, backend)
+    loaded = _load(path, source, origins, name, sites, backend, plain is not None)
     meta = {"sources": {"primal": primal.text, "forward": backend.function_source(forward, name),
-                        "adjoint": backend.function_source(adjoint, name)},
+                        "adjoint": backend.function_source(adjoint, name),
+                        **({"plain adjoint": backend.function_source(plain, name)} if plain is not None else {})},
             "returns_tuple": program.primal.returns_tuple, "n_outputs": len(program.primal.outputs),
             "written_params": program.primal.facts.of(Aliasing).written_params,
             "workspace": [backend.buffer_dtype(forward.stacks[w]) for w in forward.workspace],
             "slots": _workspace_slots(forward), "sites": sites,
             "once_per_forward": adjoint.facts.of(Reverse).once_per_forward,
-            "optional_outputs": _optional_outputs(program),
+            "optional_outputs": _optional_outputs(program), "plain_adjoint": plain is not None,
             "module_sha256": cache.content_hash(source)}
     cache.save_meta(root / f"{base}.json", meta)
     types = backend.output_types(program.typed.return_type, program.primal.returns_tuple)
-    return Transformed(name, primal, fwd, adj, meta, program.active, backend, types, ir=program.ir)
+    return Transformed(name, primal, *loaded, meta, program.active, backend, types, ir=program.ir)
 
 
 def _workspace_slots(forward):
@@ -143,9 +144,12 @@ def _optional_outputs(program):
     return out
 
 
-def _load(path, source, origins, name, sites, backend):
-    return tuple(Checked(backend.load(path, source, f"{name}_{kind}"), path, origins, name, backend, sites)
-                 for kind in ("forward", "adjoint"))
+def _load(path, source, origins, name, sites, backend, plain):
+    """The forward, the adjoint and the plain adjoint (None where there is none) of module `source`."""
+    kinds = ("forward", "adjoint") + (("adjoint_plain",) if plain else ())
+    loaded = [Checked(backend.load(path, source, f"{name}_{kind}"), path, origins, name, backend, sites)
+              for kind in kinds]
+    return tuple(loaded) + (None,) * (3 - len(loaded))
 
 
 __all__ = ["transform", "transform_function"]

@@ -2,8 +2,8 @@
 
     source --lower--> primal IR --webs, coalesce, bounds--> (cache key) --types--> typed primal
       --inplace, aliasing, activity, optional--> facts --results, reverse--> forward, adjoint
-      --cleanup, accumulate--> (kept: `Program.ir`) --lower_stacks, zero_guards, first_writes, share-->
-      the target's IR
+      --cleanup, accumulate--> (kept: `Program.ir`) --lower_stacks, zero_guards (and the plain adjoint),
+      first_writes, share, elementwise--> the target's IR
 
 Every pass takes the `Program` (the IR functions made so far) and returns it.
 The target (a `Backend`, found by name) types the primal, decides where saved
@@ -43,6 +43,7 @@ from .opt.recomputed_saves import recompute_cheap_saves
 from .opt.saved_when_made import save_when_made
 from .opt.elementwise import loop_elementwise
 from .opt.shared import compute_repeats_once
+from .opt.plain_adjoint import plain_adjoint
 from .opt.zero_guards import version_guarded_stretches
 from .opt.cleanup import (coalesce_copies, drop_restores_of_unchanged, drop_round_trips, drop_unread_saved,
                           eliminate_dead_code, first_accumulations, fold_constants, simplify)
@@ -61,9 +62,14 @@ class Program:
     typed: object = None                 # the target's typing of the primal (set before `types`)
     ir: IR = None                        # primal, forward and adjoint before `lower_stacks`
     list_rows: dict = None               # lists of arrays found so far (`ListOfArrays`) -> items' (rank, dtype)
+    plain_adjoint: object = None         # the adjoint without zero-cotangent guards (`opt/plain_adjoint.py`)
 
     def functions(self):
-        return [f for f in (self.primal, self.forward, self.adjoint) if f is not None]
+        return [f for f in (self.primal, self.forward, self.adjoint, self.plain_adjoint) if f is not None]
+
+    def adjoints(self):
+        """The adjoint, and the plain one where there is one: the passes after `zero_guards` run on both."""
+        return [f for f in (self.adjoint, self.plain_adjoint) if f is not None]
 
 
 # ---- the passes ---------------------------------------------------------------------------------
@@ -149,19 +155,23 @@ def _accumulate(program):
 
 def _zero_guards(program):
     """On the code compiled; the IR kept (`Program.ir`) keeps its guards alone, and the gradient function
-    made of it to differentiate again versions them too (`ad/vjp.py`)."""
+    made of it to differentiate again versions them too (`ad/vjp.py`). Where the target runs one, the
+    adjoint without guards is made first (`opt/plain_adjoint.py`)."""
+    if program.backend.policy.plain_adjoint:
+        program.plain_adjoint = plain_adjoint(program.primal, program.adjoint, copy_function)
     version_guarded_stretches(program.adjoint)
     return program
 
 
 def _first_writes(program):
     """On the code compiled only: the IR kept (`Program.ir`), differentiated again, keeps its accumulations."""
-    write_first_accumulations(program.adjoint, program.backend.policy.products_in_place)
+    for fn in program.adjoints():
+        write_first_accumulations(fn, program.backend.policy.products_in_place)
     return program
 
 
 def _share(program):
-    for fn in (program.forward, program.adjoint):
+    for fn in (program.forward, *program.adjoints()):
         compute_repeats_once(fn)
     return program
 
@@ -169,7 +179,7 @@ def _share(program):
 def _elementwise(program):
     """On the code compiled only (`Program.ir` keeps the array statements, differentiated again)."""
     if program.backend.policy.elementwise_loops:
-        for fn in (program.forward, program.adjoint):
+        for fn in (program.forward, *program.adjoints()):
             loop_elementwise(fn)
     return program
 
@@ -325,7 +335,9 @@ def run_passes(program, names, until=None):
     for p in PASSES:
         if p.name in names:
             program = p.run(program)
-            for fn in filter(None, (getattr(program, which) for which in p.changes)):
+            changed = [f for which in p.changes
+                       for f in (program.adjoints() if which == "adjoint" else [getattr(program, which)])]
+            for fn in filter(None, changed):
                 fn.facts.keep(*p.keeps)
         if p.name == until:
             break

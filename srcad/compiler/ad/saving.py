@@ -53,13 +53,16 @@ class Policy:
     (`rules.FROM_RESULT`), and such calls inside larger expressions get names of their own
     (`ad/results.py`), where a saved value costs less than a call (a CPU; a GPU thread recomputes).
     `elementwise_loops`: array expressions run as loops over their elements (`opt/elementwise.py`)
-    rather than as NumPy operations each making an array (a GPU thread computes scalars already)."""
+    rather than as NumPy operations each making an array (a GPU thread computes scalars already).
+    `plain_adjoint`: the adjoint is also compiled without zero-cotangent guards and runs first, the guarded
+    one only where its gradients hold a nan (`opt/plain_adjoint.py`; a GPU target's kernels keep theirs)."""
     name: str = "cpu"
     growable: bool = True
     shared_sums: str = "partials"
     products_in_place: bool = True
     keeps_results: bool = True
     elementwise_loops: bool = True
+    plain_adjoint: bool = True
 
 
 CPU = Policy("cpu", growable=True)

@@ -457,7 +457,7 @@ class NumbaCUDA(numba_cpu.NumbaCPU):
     """Kernels for one thread per iteration of each parallel loop, host code around them (see module)."""
     name = "cuda"
     policy = Policy("cuda", growable=False, shared_sums="atomic", products_in_place=False, keeps_results=False,
-                    elementwise_loops=False)
+                    elementwise_loops=False, plain_adjoint=False)
 
     def types(self, dispatcher, arg_types, compile_it):
         return numba_cpu.primal_types(dispatcher.cpu(), arg_types, False)

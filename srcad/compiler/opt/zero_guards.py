@@ -115,20 +115,20 @@ def _two_versions(fn, stretch, guards):
         sums = BinOp("+", sums, Name(v)) if sums != Const(0.0) else Name(v)
     check = [Assign(total.id, sums, origin), Assign(bad, Compare("!=", total, total), origin)]
     again = [Assign(v, Name(b), origin) for v, b in before.items()] + stretch
-    return keep + _unguarded(clone(stretch), guards) + check + [If(Name(bad), again, [], origin)]
+    return keep + unguarded(clone(stretch), guards) + check + [If(Name(bad), again, [], origin)]
 
 
-def _unguarded(stmts, guards):
+def unguarded(stmts, guards):
     """`stmts` without their zero-cotangent guards, products of partials plain."""
     out, k = [], 0
     while k < len(stmts):
         if _is_guard(stmts, k, guards):
-            out += _unguarded(stmts[k + 1].body, guards)
+            out += unguarded(stmts[k + 1].body, guards)
             k += 2
             continue
         s = stmts[k]
         for block in blocks(s):
-            block[:] = _unguarded(block, guards)
+            block[:] = unguarded(block, guards)
         map_exprs(s, lambda e: rebuild(e, _plain))
         out.append(s)
         k += 1

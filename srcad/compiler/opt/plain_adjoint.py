@@ -1,0 +1,44 @@
+"""The adjoint with plain products, compiled beside the guarded one and run first.
+
+Zero-cotangent guards (`if d_v != 0.0:`, `LocalAdjoints.unless_zero`) and `srcad.cotangent_times`
+keep a cotangent that is exactly 0 from sending 0 * inf back. Where nothing is zero they only cost: a
+test per statement and two per product, and a loop body that branches does not vectorise. In GMM's
+triangular loops they made the adjoint a third longer; `opt/zero_guards.py` removes them from
+stretches that write scalars only, not from statements that add into arrays.
+
+So the compiled code also holds the adjoint without any guard, its products plain
+(`<name>_adjoint_plain`), and `compiled.Transformed.adjoint` runs that one first. The two differ only
+where a zero meets an inf or a nan: the plain one makes a nan there, where the guarded one makes 0.
+The adjoint is linear in its cotangents (sums, products by partials, copies), and +, - and * carry a
+nan into every gradient it reaches. So where no gradient holds a nan, the plain result is the guarded
+one (up to the sign of a zero); where one does, the guarded adjoint runs (compiled then, on first
+need) and its result is returned.
+
+Not made where that reasoning fails: an adjoint that restores the forward's buffers in place (it may
+run once per forward), or that runs a custom VJP's `bwd` (the user's code may turn a nan into a number).
+"""
+from ..ir import Call
+from ..ir.facts import Reverse
+from ..ir.visit import own_exprs, subexpressions, walk
+from .zero_guards import unguarded
+
+
+def plain_adjoint(primal, adjoint, copy_function):
+    """A copy of the adjoint IR `adjoint` of `primal` without zero-cotangent guards, its `cotangent_times`
+    plain products, named `<name>_plain`; None where it would be the same code or could differ from
+    `adjoint` by more than a nan (see the module). `copy_function`: the pipeline's copy of a Function."""
+    facts = adjoint.facts.of(Reverse)
+    if facts.once_per_forward or not (_calls(adjoint, "srcad.cotangent_times") or facts.guards):
+        return None
+    if _calls(primal, "srcad.rule_vjp"):         # a call through a custom VJP (`LocalAdjoints._rule_vjp`)
+        return None
+    plain = copy_function(adjoint)
+    plain.name = f"{adjoint.name}_plain"
+    plain.body = unguarded(plain.body, facts.guards)
+    return plain
+
+
+def _calls(fn, name):
+    """Does `fn` call `name` anywhere?"""
+    return any(isinstance(x, Call) and x.fn == name
+               for s in walk(fn.body) for e in own_exprs(s) for x in subexpressions(e))

@@ -1,0 +1,94 @@
+"""The adjoint with plain products (`opt/plain_adjoint.py`): compiled beside the guarded adjoint and run
+first; the guarded one runs, compiled only then, where a gradient of the plain one holds a nan."""
+import math
+
+import numba
+import numpy as np
+import pytest
+
+import srcad as ad
+from srcad.compiler import transform
+from srcad.function import CompiledSegment
+from srcad.testing import finite_differences
+from test_rows import work_filled_by_a_helper
+from test_custom_rules import squared_norms
+
+rng = np.random.default_rng(31)
+
+
+def soft_minimum_rows(a, w, g):
+    """Per row, the soft minimum -g log(sum_j exp(-a_ij / g)), weighted by w_i. An a_ij = inf adds
+    exp(-inf) = 0, and the partial of -a_ij / g in g is inf: its cotangent is 0, so the plain adjoint
+    makes 0 * inf = nan in d_g, and the guarded adjoint adds nothing."""
+    total = 0.0
+    for i in range(a.shape[0]):
+        s = 0.0
+        for j in range(a.shape[1]):
+            s += math.exp(-a[i, j] / g)
+        total += w[i] * (-g * math.log(s))
+    return total
+
+
+TYPES = (numba.float64[:, ::1], numba.float64[::1], numba.float64)
+ACTIVE = (True, True, True)
+
+
+def _gradients(t, args):
+    _, saved = t.forward(*args)
+    return t.adjoint(*args, saved, 1.0)
+
+
+def test_the_plain_adjoint_has_neither_guards_nor_guarded_products():
+    t = transform(soft_minimum_rows, TYPES, ACTIVE)
+    plain, guarded = t.source("plain adjoint"), t.source("adjoint")
+    assert "nonzero" in guarded and "cotangent_times" in guarded
+    assert "nonzero" not in plain and "cotangent_times" not in plain and "def soft_minimum_rows_adjoint_plain(" in plain
+
+
+def test_the_guarded_adjoint_is_compiled_and_run_only_where_the_plain_one_makes_a_nan():
+    t = transform(soft_minimum_rows, TYPES, ACTIVE)
+    a, w, g = rng.uniform(0.5, 2.0, (3, 4)), rng.uniform(0.5, 1.5, 3), 0.7
+    grads = _gradients(t, (a, w, g))
+    assert not t._adjoint.signatures                       # the guarded adjoint never compiled
+    for k, got in enumerate(grads):
+        np.testing.assert_allclose(got, finite_differences(lambda v: soft_minimum_rows(*v), (a, w, g), k),
+                                   rtol=1e-7, atol=1e-9)
+    a[1, 2] = np.inf
+    d_a, d_w, d_g = _gradients(t, (a, w, g))
+    assert t._adjoint.signatures                           # the plain run made a nan: the guarded one ran
+    assert np.all(np.isfinite(d_a)) and d_a[1, 2] == 0.0 and math.isfinite(d_g)
+    assert d_g == pytest.approx(float(finite_differences(lambda v: soft_minimum_rows(a, w, v[0]), (g,), 0)),
+                                rel=1e-7)
+    finite = np.isfinite(a)
+    np.testing.assert_allclose(d_a[finite], finite_differences(lambda v: soft_minimum_rows(v[0], w, g), (a,), 0,
+                                                               )[finite], rtol=1e-6, atol=1e-9)
+
+
+def sqrt_sum(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += math.sqrt(x[i]) * x[i]
+    return s
+
+
+def test_a_genuine_nan_in_the_gradient_comes_from_the_guarded_adjoint_too():
+    """sqrt at -1 is nan in the primal and in both adjoints: the guarded one runs, and gives it."""
+    t = transform(sqrt_sum, (numba.float64[::1],), (True,))
+    (d_x,) = _gradients(t, (np.array([4.0, -1.0]),))
+    assert t._adjoint.signatures and d_x[0] == pytest.approx(3.0) and math.isnan(d_x[1])
+
+
+def test_no_plain_adjoint_where_it_could_differ_by_more_than_a_nan():
+    """A custom VJP's `bwd` may turn a nan into a number, and an adjoint that restores the forward's
+    buffers in place may run once per forward: both keep the guarded adjoint alone."""
+    for call, x in ((squared_norms, rng.normal(size=(2, 3))),
+                    (lambda v: work_filled_by_a_helper(v, np.zeros(4), 3), rng.uniform(-1.0, 1.0, 4))):
+        x = ad.constant(x)
+        with ad.GradientTape() as tape:
+            tape.watch(x)
+            call(x)
+        (segment,) = [node.op for node in tape._nodes if isinstance(node.op, CompiledSegment)]
+        assert segment.transformed._plain_adjoint is None
+        with pytest.raises(ValueError, match=r"kind must be one of \['adjoint', 'forward', 'primal'\], got "
+                                             r"'plain adjoint'"):
+            segment.transformed.source("plain adjoint")
