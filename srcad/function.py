@@ -271,7 +271,8 @@ class Function:
 
 
 def show_source(f, kind="adjoint", *example_args, after=None):
-    """Print and return the generated ``kind`` source ('primal', 'forward' or 'adjoint') of ``f``; with
+    """Print and return the generated ``kind`` source ('primal', 'forward', 'adjoint', or 'plain adjoint':
+    the adjoint without zero-cotangent guards that runs first, where there is one) of ``f``; with
     ``after`` (a compiler pass: 'lower', 'activity', 'reverse', 'cleanup'...), its IR after that pass."""
     if not isinstance(f, Function):
         raise TypeError(f"show_source expects a function decorated with @ad.function, got {f!r}")
