@@ -157,16 +157,19 @@ class Transformed:
         from .rows import Rows
         saved = saved.values if isinstance(saved, Saved) else saved
         given = tuple(d is not None for d in d_out_rows)
-        key = ("adjoint rows", len(values), len(saved), given)
-        with COMPILE_LOCK:
-            rows = self.derived.get(key)
-            if rows is None:
-                rows = self.derived[key] = Rows(
-                    self._adjoint, self.backend, [f"arg{k}" for k in range(len(values))] +
-                    [f"saved{k}" for k in range(len(saved))],
-                    [f"d_out{k}_rows" if g else None for k, g in enumerate(given)],
-                    [(k, f"grad{k}_rows") for k in range(len(buffers))])
-        rows((*values, *saved), d_out_rows, buffers)
+        for adjoint in filter(None, (self._plain_adjoint, self._adjoint)):     # as `adjoint`: plain first
+            key = ("adjoint rows", adjoint is self._plain_adjoint, len(values), len(saved), given)
+            with COMPILE_LOCK:
+                rows = self.derived.get(key)
+                if rows is None:
+                    rows = self.derived[key] = Rows(
+                        adjoint, self.backend, [f"arg{k}" for k in range(len(values))] +
+                        [f"saved{k}" for k in range(len(saved))],
+                        [f"d_out{k}_rows" if g else None for k, g in enumerate(given)],
+                        [(k, f"grad{k}_rows") for k in range(len(buffers))])
+            rows((*values, *saved), d_out_rows, buffers)
+            if not holds_nan(buffers):
+                break
         return True
 
     @property

@@ -97,3 +97,37 @@ def test_no_plain_adjoint_where_it_could_differ_by_more_than_a_nan():
         with pytest.raises(ValueError, match=r"kind must be one of \['adjoint', 'forward', 'primal'\], got "
                                              r"'plain adjoint'"):
             segment.transformed.source("plain adjoint")
+
+
+@ad.function
+def soft_minima(a, g):
+    """Each row's soft minimum -g log(sum_j exp(-a_ij / g)): a vector, for a Jacobian."""
+    out = np.empty(a.shape[0])
+    for i in range(a.shape[0]):
+        s = 0.0
+        for j in range(a.shape[1]):
+            s += math.exp(-a[i, j] / g)
+        out[i] = -g * math.log(s)
+    return out
+
+
+def test_a_jacobian_batch_runs_again_through_the_guarded_adjoint_where_the_plain_one_makes_a_nan():
+    """Jacobian rows in reverse mode (3 outputs, 13 inputs): row 2's cotangent meets 0 * inf in the plain
+    adjoint's d_g; the batch runs again through the guarded one, as the rows do one at a time."""
+    a0 = rng.uniform(0.5, 2.0, (3, 4))
+    a0[2, 1] = np.inf
+    a, g = ad.constant(a0), ad.constant(0.7)
+    with ad.GradientTape(persistent=True) as tape:
+        tape.watch([a, g])
+        y = soft_minima(a, g)
+    batched = [j.numpy() for j in tape.jacobian(y, [a, g])]
+    (segment,) = [node.op for node in tape._nodes if isinstance(node.op, CompiledSegment)]
+    ran = {key[1] for key in segment.transformed.derived if key[0] == "adjoint rows"}
+    assert ran == {True, False}                        # the plain batch, then the guarded one
+    looped = [j.numpy() for j in tape.jacobian(y, [a, g], experimental_use_pfor=False)]
+    for b, lo in zip(batched, looped):
+        assert np.all(np.isfinite(b))
+        np.testing.assert_allclose(b, lo, rtol=1e-12)
+    assert batched[0][2, 2, 1] == 0.0
+    np.testing.assert_allclose(batched[1], finite_differences(lambda v: soft_minima(a0, v[0]).numpy(), (0.7,), 0),
+                               rtol=1e-6)
