@@ -186,13 +186,16 @@ class Transformed:
 
 
 def holds_nan(value):
-    """Does `value` (a gradient: a number, an array, or a tuple or list of them) hold a nan? A sum is one
-    pass without a temporary array; one that is nan from inf - inf only makes the caller check again."""
-    if isinstance(value, (tuple, list)):
-        return any(holds_nan(v) for v in value)
+    """Does `value` (a gradient: a number, an array, or a tuple or list of them, Numba's typed lists
+    included) hold a nan? A sum is one pass without a temporary array; one that is nan from inf - inf
+    only makes the caller check again."""
     if isinstance(value, np.ndarray):
         return value.dtype.kind in "fc" and bool(np.isnan(value.sum()))
-    return isinstance(value, (float, complex, np.floating, np.complexfloating)) and value != value
+    if isinstance(value, (float, complex, np.floating, np.complexfloating)):
+        return value != value
+    if value is None or isinstance(value, (int, np.integer, np.bool_, str)):
+        return False
+    return any(holds_nan(v) for v in value)
 
 
 def _copies(args):

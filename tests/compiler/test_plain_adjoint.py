@@ -131,3 +131,15 @@ def test_a_jacobian_batch_runs_again_through_the_guarded_adjoint_where_the_plain
     assert batched[0][2, 2, 1] == 0.0
     np.testing.assert_allclose(batched[1], finite_differences(lambda v: soft_minima(a0, v[0]).numpy(), (0.7,), 0),
                                rtol=1e-6)
+
+
+def test_a_nan_is_found_in_every_form_a_gradient_takes():
+    from numba.typed import List
+    from srcad.compiler.compiled import holds_nan
+    nan_row = np.array([1.0, np.nan])
+    for value in (float("nan"), np.float32("nan"), nan_row, (1.0, nan_row), [np.zeros(2), (2.0, nan_row)],
+                  List([np.zeros(2), nan_row]), np.array(np.nan), complex(0.0, np.nan)):
+        assert holds_nan(value)
+    for value in (1.0, np.float32(2.0), np.array([1.0, np.inf]), (None, 3, np.zeros((2, 2))), List([np.ones(3)]),
+                  np.arange(3)):
+        assert not holds_nan(value)
