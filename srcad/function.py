@@ -26,7 +26,7 @@ from .tensor import Tensor
 
 __all__ = ["function", "show_source", "Function"]
 
-_KINDS = ("primal", "forward", "adjoint", "tangent")
+_KINDS = ("primal", "forward", "adjoint", "plain adjoint", "tangent")
 
 
 def function(pyfunc=None, *, target="cpu", boundscheck=None):
@@ -264,9 +264,10 @@ class Function:
         values, active = self._last_call
         program = pipeline.run(self._frozen[0], tuple(map(_numba_type, values)), active, until=after,
                                boundscheck=self._frozen[1], target=self.target)
-        fn = getattr(program, kind)
+        fn = getattr(program, kind.replace(" ", "_"))
         if fn is None:
-            raise ValueError(f"there is no {kind} after the pass {after!r}: it is made by the pass 'reverse'")
+            made_by = "'zero_guards', on a target that runs one" if kind == "plain adjoint" else "'reverse'"
+            raise ValueError(f"there is no {kind} after the pass {after!r}: it is made by the pass {made_by}")
         return pipeline.function_text(fn)
 
 

@@ -143,3 +143,14 @@ def test_a_nan_is_found_in_every_form_a_gradient_takes():
     for value in (1.0, np.float32(2.0), np.array([1.0, np.inf]), (None, 3, np.zeros((2, 2))), List([np.ones(3)]),
                   np.arange(3)):
         assert not holds_nan(value)
+
+
+def test_show_source_prints_the_plain_adjoint_and_its_ir_after_a_pass():
+    f = ad.function(soft_minimum_rows)
+    args = (rng.uniform(0.5, 2.0, (2, 3)), np.ones(2), 0.7)
+    text = ad.show_source(f, "plain adjoint", *args)
+    assert "def soft_minimum_rows_adjoint_plain(" in text and "cotangent_times" not in text
+    assert "soft_minimum_rows_adjoint_plain" in f.source("plain adjoint", after="elementwise")
+    with pytest.raises(ValueError, match=r"there is no plain adjoint after the pass 'reverse': it is made by the "
+                                         r"pass 'zero_guards', on a target that runs one"):
+        f.source("plain adjoint", after="reverse")
