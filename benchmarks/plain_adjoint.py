@@ -4,9 +4,9 @@ as `Transformed.adjoint` runs them, and both results compared first.
 
     taskset -c 1 python benchmarks/plain_adjoint.py [--reps 7]
 
-Per row: the objective (srcad's compiled primal), forward + guarded adjoint, forward + plain adjoint (min and median over
-`--reps` interleaved blocks of about 0.1 s), and the two gradients' largest difference relative to the
-largest entry.
+Per row: the objective (srcad's compiled primal), forward + guarded adjoint, forward + plain adjoint
+(min and median over `--reps` interleaved blocks of about 0.1 s), and the two gradients' largest
+difference relative to the largest entry.
 """
 import argparse
 import os

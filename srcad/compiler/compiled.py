@@ -50,9 +50,9 @@ class Transformed:
     the generated code of "primal", "forward" or "adjoint"; ``written_params`` names the parameters the
     function writes into (an argument sharing memory with one of them is refused by the caller);
     ``dispatchers`` are the primal, the forward and the adjoint that runs first; ``ir`` the IR before
-    target lowering (`IR`); ``backend`` the target it was compiled for; ``from_cache`` whether it was loaded from the disk
-    cache instead of generated; ``order`` 1 for a function of the user's, n + 1 for one derived
-    (`derived.py`) from a transform of order n.
+    target lowering (`IR`); ``backend`` the target it was compiled for; ``from_cache`` whether it was
+    loaded from the disk cache instead of generated; ``order`` 1 for a function of the user's, n + 1 for
+    one derived (`derived.py`) from a transform of order n.
     """
 
     def __init__(self, name, primal, forward, adjoint, plain_adjoint, meta, active, backend, output_types=None,
