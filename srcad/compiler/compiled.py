@@ -168,7 +168,7 @@ class Transformed:
                         [f"d_out{k}_rows" if g else None for k, g in enumerate(given)],
                         [(k, f"grad{k}_rows") for k in range(len(buffers))])
             rows((*values, *saved), d_out_rows, buffers)
-            if not holds_nan(buffers):
+            if adjoint is self._adjoint or not holds_nan(buffers):
                 break
         return True
 

@@ -10,6 +10,7 @@ import srcad as ad
 from srcad.compiler import transform
 from srcad.function import CompiledSegment
 from srcad.testing import finite_differences
+from test_ir import second_order_check
 from test_rows import work_filled_by_a_helper
 from test_custom_rules import squared_norms
 
@@ -67,6 +68,23 @@ def test_the_guarded_adjoint_is_compiled_and_run_only_where_the_plain_one_makes_
     finite = np.isfinite(a)
     np.testing.assert_allclose(d_a[finite], finite_differences(lambda v: soft_minimum_rows(v[0], w, g), (a,), 0,
                                                                )[finite], rtol=1e-6, atol=1e-9)
+
+
+def test_second_order_runs_the_plain_adjoint_of_the_gradient_function():
+    """The gradient function differentiated again has a plain adjoint of its own: its Hessian-vector
+    product against finite differences of the gradient (`test_ir.second_order_check`)."""
+    a, w = rng.uniform(0.5, 2.0, (3, 4)), np.array([0.8, 0.5, 1.3])
+    second = second_order_check(soft_minimum_rows, (a, w, 0.7), ACTIVE)
+    assert second._plain_adjoint is not None and "cotangent_times" not in second.source("plain adjoint")
+
+
+@pytest.mark.xfail(strict=True, reason="known bug, guarded and plain adjoints alike: a first-order cotangent that is "
+                                       "exactly 0 at the point (w_1 = 0 makes d_s = 0) skips its guarded statements, "
+                                       "and differentiating the gradient again treats that guard as control flow, "
+                                       "so the skipped statements' derivative in w_1 is lost")
+def test_second_order_where_a_first_order_cotangent_is_exactly_zero():
+    a, w = rng.uniform(0.5, 2.0, (3, 4)), np.array([0.8, 0.0, 1.3])
+    second_order_check(soft_minimum_rows, (a, w, 0.7), ACTIVE)
 
 
 def sqrt_sum(x):
