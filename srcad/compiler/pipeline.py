@@ -3,7 +3,7 @@
     source --lower--> primal IR --webs, coalesce, bounds--> (cache key) --types--> typed primal
       --inplace, aliasing, activity, optional--> facts --results, reverse--> forward, adjoint
       --cleanup, accumulate--> (kept: `Program.ir`) --lower_stacks, zero_guards (and the plain adjoint),
-      first_writes, share, elementwise--> the target's IR
+      loop_order, first_writes, share, elementwise--> the target's IR
 
 Every pass takes the `Program` (the IR functions made so far) and returns it.
 The target (a `Backend`, found by name) types the primal, decides where saved
@@ -38,6 +38,7 @@ from .ir import Assign, Name, Store
 from .ir.visit import blocks, clone, walk
 from .opt.accumulate import sum_invariant_accumulations
 from .opt.first_writes import write_first_accumulations
+from .opt.loop_order import ascend_independent_loops
 from .opt.merged_stacks import merge_stacks
 from .opt.recomputed_saves import recompute_cheap_saves
 from .opt.saved_when_made import save_when_made
@@ -163,6 +164,12 @@ def _zero_guards(program):
     return program
 
 
+def _loop_order(program):
+    for fn in program.adjoints():
+        ascend_independent_loops(fn)
+    return program
+
+
 def _first_writes(program):
     """On the code compiled only: the IR kept (`Program.ir`), differentiated again, keeps its accumulations."""
     for fn in program.adjoints():
@@ -223,6 +230,7 @@ PASSES = [
     Pass("accumulate", _accumulate, ("adjoint",), (Reverse, Aliasing)),
     Pass("lower_stacks", _lower_stacks, ("forward", "adjoint"), (Reverse,)),
     Pass("zero_guards", _zero_guards, ("adjoint",), (Reverse,)),
+    Pass("loop_order", _loop_order, ("adjoint",), (Reverse,)),
     Pass("first_writes", _first_writes, ("adjoint",), (Reverse,)),
     Pass("share", _share, ("forward", "adjoint"), (Reverse,)),
     Pass("elementwise", _elementwise, ("forward", "adjoint"), (Reverse,)),

@@ -126,7 +126,11 @@ class SavePlan:
 
     # ---- checkpointing --------------------------------------------------------------------------
     def _consider_checkpoint(self, loop):
-        """Checkpoint `loop` when that saves fewer values per iteration than taping it (True if chosen).
+        """Checkpoint `loop` when that saves fewer values per iteration than taping it (True if chosen);
+        where a saved value costs less than a step run again (`Policy.keeps_results`, a CPU), only when
+        the values it saves (what each iteration starts from, and what its re-run saves inside) are at
+        most half of what taping would: a re-run that saves as much as taping buys nothing with its
+        time (ADBench GMM as the paper reads: the Mahalanobis norm's row sums, saved either way).
         Where storage cannot grow, only a loop whose re-run saves can be counted before the call: the
         saves of an iteration run again in the adjoint may depend on values it restores there
         (`n = pop(...)` before `for j in range(n)`), which the call cannot count beforehand
@@ -147,7 +151,7 @@ class SavePlan:
         scalars = all(isinstance(self.types.get(v), (nt.Number, nt.Boolean)) for v in carried)
         if alone:
             carried = []          # iterations that run at once: checkpointed, nothing saved per iteration
-        elif len(carried) >= self._tape_cost(loop) or not scalars:
+        elif not scalars or not self._checkpoint_pays(loop, ctx, len(carried)):
             return False
         cp.carried = carried
         self.checkpoints[loop.uid] = cp
@@ -215,11 +219,17 @@ class SavePlan:
         """Names the adjoints of `loop`'s statements read."""
         return set().union(*(self.local.reads(s)[1] for s in walk(loop.body) if has_adjoint(s)))
 
-    def _tape_cost(self, loop):
-        """Values saved per iteration of `loop` if it is taped (a save in an inner loop counts ten)."""
+    def _checkpoint_pays(self, loop, inner, carried):
+        """Does checkpointing `loop` (`inner`: the Context of its iterations) save fewer values than
+        taping it, by half where saving costs less than running again (see `_consider_checkpoint`)?"""
         around = self._checkpoints_around(loop)
-        ctx = self.inner[around[-1].uid] if around else self.top
+        taped = self._saves_in(loop.body, self.inner[around[-1].uid] if around else self.top)
+        if not self.policy.keeps_results:
+            return carried < taped
+        return 2 * (carried + self._saves_in(loop.body, inner)) <= taped
 
+    def _saves_in(self, body, ctx):
+        """Values `body` saves per run under the save analysis of `ctx` (a save in an inner loop counts ten)."""
         def cost(stmts, weight):
             total = 0
             for s in stmts:
@@ -227,7 +237,7 @@ class SavePlan:
                 inner = weight * 10 if isinstance(s, (For, While)) else weight
                 total += sum(cost(b, inner) for b in blocks(s))
             return total
-        return cost(loop.body, 1)
+        return cost(body, 1)
 
     # ---- decisions --------------------------------------------------------------------------------
     def bound(self, s):
