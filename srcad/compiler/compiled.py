@@ -18,7 +18,7 @@ from .backends import cache
 from .errors import from_numba, user_exception
 from .front.bounds import site_message
 from .ir.facts import Bounds
-from .runtime import Raised
+from .runtime import Raised, sum_is_nan
 
 COMPILE_LOCK = threading.RLock()      # one compile at a time in a process (transforms and lazy primals)
 
@@ -187,15 +187,21 @@ class Transformed:
 
 def holds_nan(value):
     """Does `value` (a gradient: a number, an array, or a tuple or list of them, Numba's typed lists
-    included) hold a nan? A sum is one pass without a temporary array; one that is nan from inf - inf
-    only makes the caller check again."""
+    included) hold a nan? A sum is one pass without a temporary array, compiled (NumPy's costs ten
+    times more on the small gradients of a call that takes microseconds); one that is nan from
+    inf - inf only makes the caller check again."""
     if isinstance(value, np.ndarray):
-        return value.dtype.kind in "fc" and bool(np.isnan(value.sum()))
+        if value.dtype.kind not in "fc":
+            return False
+        return bool(sum_is_nan(value)) if value.ndim else bool(np.isnan(value.sum()))
     if isinstance(value, (float, complex, np.floating, np.complexfloating)):
         return value != value
     if value is None or isinstance(value, (int, np.integer, np.bool_, str)):
         return False
-    return any(holds_nan(v) for v in value)
+    for v in value:
+        if holds_nan(v):
+            return True
+    return False
 
 
 def _copies(args):

@@ -453,6 +453,12 @@ def thread_buffer(shape, dtype):
     return np.empty(shape, dtype)
 
 
+@numba.njit(cache=True)
+def sum_is_nan(a):
+    """Is the sum of array `a` nan? Called from Python (`compiled.holds_nan`), not from generated code."""
+    return np.isnan(np.sum(a))
+
+
 @_helper
 def trip_count(start, stop, step):
     """len(range(start, stop, step)) without building the range."""
