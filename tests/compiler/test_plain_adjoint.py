@@ -78,13 +78,54 @@ def test_second_order_runs_the_plain_adjoint_of_the_gradient_function():
     assert second._plain_adjoint is not None and "cotangent_times" not in second.source("plain adjoint")
 
 
-@pytest.mark.xfail(strict=True, reason="known bug, guarded and plain adjoints alike: a first-order cotangent that is "
-                                       "exactly 0 at the point (w_1 = 0 makes d_s = 0) skips its guarded statements, "
-                                       "and differentiating the gradient again treats that guard as control flow, "
-                                       "so the skipped statements' derivative in w_1 is lost")
 def test_second_order_where_a_first_order_cotangent_is_exactly_zero():
+    """w_1 = 0 makes d_s = 0 in row 1: the statements its guard skips add nothing at first order, but their
+    derivative in w_1 is not 0; the gradient function runs them unguarded (`ad/vjp.py`)."""
     a, w = rng.uniform(0.5, 2.0, (3, 4)), np.array([0.8, 0.0, 1.3])
     second_order_check(soft_minimum_rows, (a, w, 0.7), ACTIVE)
+
+
+soft_minimum_rows_fn = ad.function(soft_minimum_rows)
+
+
+def _cross(a, w, U, v=None):
+    """d/dw of U . d/da soft_minimum_rows (nested tapes over the compiled segment); with `v`, its dot
+    with v and the gradient of that in a (a third tape) too."""
+    a, w = ad.constant(a), ad.constant(w)
+    with ad.GradientTape() as t3:
+        t3.watch(a)
+        with ad.GradientTape() as t2:
+            t2.watch(w)
+            with ad.GradientTape() as t1:
+                t1.watch([a, w])
+                y = soft_minimum_rows_fn(a, w, 0.7)
+            gu = np.sum(t1.gradient(y, a) * U)
+        cross = t2.gradient(gu, w)
+        vcv = np.sum(cross * v) if v is not None else None
+    return cross.numpy(), (t3.gradient(vcv, a).numpy() if v is not None else None)
+
+
+def test_second_and_third_order_through_tapes_where_a_first_order_cotangent_is_exactly_zero():
+    """Nested tapes over the compiled segment at w_1 = 0 (its row's d_s is 0): the mixed second derivative
+    in w of the gradient in a (the versioned gradient function), and its gradient in a again (the gradient
+    function as it is, below it), against finite differences."""
+    a, w = rng.uniform(0.5, 2.0, (3, 4)), np.array([0.8, 0.0, 1.3])
+    U, v = rng.uniform(-1.0, 1.0, (3, 4)), np.array([0.4, -1.1, 0.6])
+    cross, third = _cross(a, w, U, v)
+    np.testing.assert_allclose(cross, finite_differences(lambda x: _first(x[0], a, U), (w,), 0), rtol=1e-6,
+                               atol=1e-8)
+    assert abs(cross[1]) > 0.1                    # the derivative the guard's branch used to lose
+    np.testing.assert_allclose(third, finite_differences(lambda x: float(np.sum(_cross(x[0], w, U)[0] * v)), (a,), 0),
+                               rtol=1e-5, atol=1e-7)
+
+
+def _first(w, a, U):
+    """U . d/da soft_minimum_rows at (a, w), by one tape."""
+    a = ad.constant(a)
+    with ad.GradientTape() as tape:
+        tape.watch(a)
+        y = soft_minimum_rows_fn(a, w, 0.7)
+    return float(np.sum(tape.gradient(y, a).numpy() * U))
 
 
 def sqrt_sum(x):

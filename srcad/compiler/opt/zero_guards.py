@@ -118,18 +118,20 @@ def _two_versions(fn, stretch, guards):
     return keep + unguarded(clone(stretch), guards) + check + [If(Name(bad), again, [], origin)]
 
 
-def unguarded(stmts, guards):
-    """`stmts` without their zero-cotangent guards, products of partials plain."""
+def unguarded(stmts, guards, plain=True):
+    """`stmts` without their zero-cotangent guards; with `plain`, products of partials plain (else they
+    stay `cotangent_times`, 0 where the cotangent is 0: the same values as under the guards)."""
     out, k = [], 0
     while k < len(stmts):
         if _is_guard(stmts, k, guards):
-            out += unguarded(stmts[k + 1].body, guards)
+            out += unguarded(stmts[k + 1].body, guards, plain)
             k += 2
             continue
         s = stmts[k]
         for block in blocks(s):
-            block[:] = unguarded(block, guards)
-        map_exprs(s, lambda e: rebuild(e, _plain))
+            block[:] = unguarded(block, guards, plain)
+        if plain:
+            map_exprs(s, lambda e: rebuild(e, _plain))
         out.append(s)
         k += 1
     return out
