@@ -10,7 +10,7 @@ better (the inner reverse loop of a triangular matrix-vector product,
         d_Q[k, row, col] += d_s * (x[i, col] - means[k, col])
         d_means[k, col] -= d_s * Q[k, row, col]
 
-ran 1.4x slower than ascending in the adjoint of ADBench GMM at d10). Such a
+descending, made the whole gradient of ADBench GMM at d10 1.37x slower). Such a
 loop becomes `for col in range(row + 1)`. Its iterations are independent when:
 
 * it restores nothing (no Push, Pop, Reserve, While) and calls only functions
