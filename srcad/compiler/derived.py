@@ -17,25 +17,35 @@ from .ad.forward import tangent
 from .ad.vjp import vjp_function
 from .analysis.aliasing import analyse_aliasing
 from .backends import cache
-from .compiled import COMPILE_LOCK, Checked
+from .compiled import COMPILE_LOCK, Checked, holds_nan
 from .ir.facts import Bounds
+from .ir.visit import called
 from .opt.cleanup import eliminate_dead_code, fold_constants, simplify
+from .opt.zero_guards import unguarded
 from .pipeline import copy_function
 from .rows import Rows
 
 
 class Tangent:
     """A compiled tangent function: ``tangent(*args, *tangents)`` returns ``(outputs, output_tangents)``,
-    each a tuple with one entry per output; ``source`` is its code."""
+    each a tuple with one entry per output; ``source`` is its code. Where the target runs one, the
+    tangent with plain products (`plain`) runs first, and the one whose products are `cotangent_times`
+    only where an output tangent holds a nan: tangents are linear in the tangents given, so the two differ
+    only where a zero meets an inf or a nan (as the two adjoints do: `opt/plain_adjoint.py`)."""
 
-    def __init__(self, dispatcher, n_outputs, source, backend):
+    def __init__(self, dispatcher, plain, n_outputs, source, backend):
         self._dispatcher = dispatcher
+        self._plain = plain
         self.n_outputs = n_outputs
         self.source = source
         self._backend = backend
         self._rows = {}
 
     def __call__(self, *args):
+        if self._plain is not None:
+            result = self._plain(*args)
+            if not holds_nan(result[self.n_outputs:]):
+                return result[:self.n_outputs], result[self.n_outputs:]
         result = self._dispatcher(*args)
         return result[:self.n_outputs], result[self.n_outputs:]
 
@@ -43,15 +53,18 @@ class Tangent:
         """The tangent for a batch of tangents in one compiled call (`rows.py`): `tangent_rows` one per
         active argument (leading axis: the rows), `buffers` one per output in `wanted` (leading axis: the
         rows) for its tangent. The arguments must not be written into (each row starts from them)."""
-        key = (len(args), tuple(wanted))
-        with COMPILE_LOCK:
-            rows = self._rows.get(key)
-            if rows is None:
-                rows = self._rows[key] = Rows(
-                    self._dispatcher, self._backend, [f"arg{k}" for k in range(len(args))],
-                    [f"tangent{k}_rows" for k in range(len(tangent_rows))],
-                    [(self.n_outputs + k, f"out_tangent{k}_rows") for k in wanted])
-        rows(args, tangent_rows, buffers)
+        for dispatcher in filter(None, (self._plain, self._dispatcher)):       # as `__call__`: plain first
+            key = (id(dispatcher), len(args), tuple(wanted))
+            with COMPILE_LOCK:
+                rows = self._rows.get(key)
+                if rows is None:
+                    rows = self._rows[key] = Rows(
+                        dispatcher, self._backend, [f"arg{k}" for k in range(len(args))],
+                        [f"tangent{k}_rows" for k in range(len(tangent_rows))],
+                        [(self.n_outputs + k, f"out_tangent{k}_rows") for k in wanted])
+            rows(args, tangent_rows, buffers)
+            if dispatcher is self._dispatcher or not holds_nan(buffers):
+                return
 
 
 def tangent_of(transformed):
@@ -73,13 +86,30 @@ def _compile_tangent(transformed):
     backend = transformed.backend
     fn = copy_function(tangent_function(transformed))
     readable = backend.function_source(copy_function(fn), transformed.name)
-    backend.lower(fn)
-    source, origins = backend.module_source([fn], transformed.name)
+    plain = _plain_tangent(fn) if backend.policy.plain_adjoint else None
+    functions = [fn] + ([plain] if plain is not None else [])
+    for f in functions:
+        backend.lower(f)
+    source, origins = backend.module_source(functions, transformed.name)
     path = cache.cache_dir() / f"{fn.name}_{cache.content_hash(source)[:20]}.py"
     cache.write_module(path, source)
     sites = transformed.ir.primal.facts.of(Bounds).sites
-    dispatcher = Checked(backend.load(path, source, fn.name), path, origins, transformed.name, backend, sites)
-    return Tangent(dispatcher, transformed.n_outputs, readable, backend)
+    dispatchers = [Checked(backend.load(path, source, f.name), path, origins, transformed.name, backend, sites)
+                   for f in functions]
+    return Tangent(dispatchers[0], dispatchers[1] if plain is not None else None, transformed.n_outputs, readable,
+                   backend)
+
+
+def _plain_tangent(fn):
+    """A copy of the tangent IR `fn` with plain products, `<name>_plain`; None where it would be the same
+    code, or where a custom rule's code runs (the user's code may turn a nan into a number)."""
+    calls = called(fn.body)
+    if "srcad.cotangent_times" not in calls or any(c.startswith("srcad.rule_") for c in calls):
+        return None
+    plain = copy_function(fn)
+    plain.name = f"{fn.name}_plain"
+    plain.body = unguarded(plain.body, set())
+    return plain
 
 
 def tangent_transform(transformed, arg_types, active):

@@ -132,3 +132,42 @@ def test_show_source_shows_the_tangent():
     assert "def rk4_lotka_volterra_tangent(" in source and "# from line" in source and "tan_" in source
     with pytest.raises(ValueError, match="takes no `after`"):
         corpus.decorated(case).source("tangent", after="reverse")
+
+
+def soft_minimum(a, g):
+    """-g log(sum_j exp(-a_j / g)): an a_j = inf adds exp(-inf) = 0, whose partial in g is inf."""
+    s = 0.0
+    for j in range(a.shape[0]):
+        s += np.exp(-a[j] / g)
+    return -g * np.log(s)
+
+
+def test_a_zero_partial_after_an_inf_one_gives_a_zero_tangent_as_the_adjoint_gives():
+    """The tangent's products are 0 where a factor is 0 (as `cotangent_times` makes the adjoint's): at
+    a_1 = inf the tangent in g is the adjoint's, finite, where plain products made a nan. The tangent with
+    plain products runs first; the other is compiled only where it made a nan."""
+    import srcad as ad
+    from srcad.testing import finite_differences
+    a, g = np.array([0.5, np.inf, 1.5]), 0.7
+    transformed = transform(soft_minimum, typed((a, g)), (False, True))
+    tangent = tangent_of(transformed)
+    assert "cotangent_times" in tangent.source and tangent._plain is not None
+    (_,), (dg,) = tangent(a, g, 1.0)
+    assert tangent._dispatcher.signatures             # the plain tangent made a nan: the other one ran
+    _, saved = transformed.forward(a, g)
+    (reverse,) = transformed.adjoint(a, g, saved, 1.0)
+    finite = np.isfinite(a)
+    want = finite_differences(lambda v: soft_minimum(a[finite], v[0]), (g,), 0)
+    np.testing.assert_allclose([dg, reverse], [float(want), float(want)], rtol=1e-7)
+    c = ad.constant(g)
+    with ad.ForwardAccumulator(c, 1.0) as acc:
+        y = ad.function(soft_minimum)(a, c)
+    assert float(acc.jvp(y).numpy()) == dg
+
+
+def test_the_plain_tangent_alone_runs_where_it_makes_no_nan():
+    a, g = np.array([0.5, 2.0, 1.5]), 0.7
+    tangent = tangent_of(transform(soft_minimum, typed((a, g)), (False, True)))
+    (_,), (dg,) = tangent(a, g, 1.0)
+    assert np.isfinite(dg) and not tangent._dispatcher.signatures
+    assert dg == tangent._dispatcher(a, g, 1.0)[1]       # the same bits as the other one's

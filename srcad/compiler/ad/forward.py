@@ -9,8 +9,10 @@ Each statement is preceded by its tangent, which reads the values every name
 held just before it, as the primal statement does:
 
 * `v = f(a, b)`: `tan_v = pa * tan_a + pb * tan_b` (an elementwise tree is
-  differentiated down to its leaves; a function of whole arrays uses its
-  rule's `tangent`, a function of a tuple of arrays its join rule's);
+  differentiated down to its leaves, each product a `cotangent_times`: 0 where
+  either factor is 0, as in the adjoint, so that a partial that is 0 after one
+  that is inf gives 0, not nan; a function of whole arrays uses its rule's
+  `tangent`, a function of a tuple of arrays its join rule's);
 * `a[i] = e`: `tan_a[i] = tan_e`;
 * `t += e` (an Accumulate of generated code): `tan_t += tan_e`, with the same
   reduction;
@@ -33,7 +35,7 @@ from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Effect, For
 from ..ir.facts import Activity, Bounds, Facts, Lowered
 from ..ir.forms import is_atom, is_tree, leaves
 from ..ir.visit import names_in
-from .local import value_type
+from .local import times, value_type
 from .rules import ARRAY_RULES, ELEMENTWISE, JOINS, NONDIFF, instantiate, is_elementwise, no_rule, partials_of
 
 # calls whose tangent is the argument's, as a new array (the primal makes a copy)
@@ -244,7 +246,7 @@ class _Tangent:
                     continue
                 p = instantiate(partial(*children), module)
                 terms.append(d if p in (Const(1.0), Const(1)) else UnaryOp("-", d) if p in (Const(-1.0), Const(-1))
-                             else BinOp("*", p, d))
+                             else times(d, p))
             return _sum(terms)
         return visit(root)
 

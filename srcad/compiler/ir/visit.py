@@ -200,6 +200,11 @@ def assigned(stmts):
     return out
 
 
+def called(stmts):
+    """The names of the functions `stmts` call (`np.exp`, `srcad.cotangent_times`...)."""
+    return {x.fn for s in walk(stmts) for e in own_exprs(s) for x in subexpressions(e) if isinstance(x, Call)}
+
+
 def binding_counts(stmts):
     """name -> how many statements of `stmts` (nested ones included) bind it."""
     return Counter(n for s in walk(stmts) for n in defines(s))

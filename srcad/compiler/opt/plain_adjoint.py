@@ -25,9 +25,9 @@ run once per forward), or that runs a custom VJP's `bwd` (the user's code may tu
 """
 from dataclasses import replace
 
-from ..ir import Assign, Call, Compare, Const, For, If, Name
+from ..ir import Assign, Compare, Const, For, If, Name
 from ..ir.facts import Reverse
-from ..ir.visit import blocks, defines, own_exprs, subexpressions, walk
+from ..ir.visit import blocks, called, defines, walk
 from .zero_guards import unguarded
 
 
@@ -36,9 +36,9 @@ def plain_adjoint(primal, adjoint, copy_function):
     plain products, named `<name>_plain`; None where it would be the same code or could differ from
     `adjoint` by more than a nan (see the module). `copy_function`: the pipeline's copy of a Function."""
     facts = adjoint.facts.of(Reverse)
-    if facts.once_per_forward or not (_calls(adjoint, "srcad.cotangent_times") or facts.guards):
+    if facts.once_per_forward or not ("srcad.cotangent_times" in called(adjoint.body) or facts.guards):
         return None
-    if _calls(primal, "srcad.rule_vjp"):         # a call through a custom VJP (`LocalAdjoints._rule_vjp`)
+    if "srcad.rule_vjp" in called(primal.body):         # a call through a custom VJP (`LocalAdjoints._rule_vjp`)
         return None
     plain = copy_function(adjoint)
     plain.name = f"{adjoint.name}_plain"
@@ -78,9 +78,3 @@ def _invariant_guard(s, guards):
     if not isinstance(cotangent, Name) or any(cotangent.id in defines(t) for t in walk(s.body)):
         return None
     return test.target
-
-
-def _calls(fn, name):
-    """Does `fn` call `name` anywhere?"""
-    return any(isinstance(x, Call) and x.fn == name
-               for s in walk(fn.body) for e in own_exprs(s) for x in subexpressions(e))
