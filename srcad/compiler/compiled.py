@@ -141,11 +141,7 @@ class Transformed:
             saved.used = True
             saved, state = saved.values, saved.state
         with self.backend.running(state):
-            if self._plain_adjoint is not None:
-                gradients = self._plain_adjoint(*values, *saved, *d_outs)
-                if not holds_nan(gradients):
-                    return gradients
-            return self._adjoint(*values, *saved, *d_outs)
+            return plain_first(self._plain_adjoint, self._adjoint, lambda adjoint: adjoint(*values, *saved, *d_outs))
 
     def adjoint_rows(self, values, saved, d_out_rows, buffers):
         """The adjoint for a batch of cotangents in one compiled call (`rows.py`): `d_out_rows` has one
@@ -157,7 +153,8 @@ class Transformed:
         from .rows import Rows
         saved = saved.values if isinstance(saved, Saved) else saved
         given = tuple(d is not None for d in d_out_rows)
-        for adjoint in filter(None, (self._plain_adjoint, self._adjoint)):     # as `adjoint`: plain first
+
+        def run(adjoint):
             key = ("adjoint rows", adjoint is self._plain_adjoint, len(values), len(saved), given)
             with COMPILE_LOCK:
                 rows = self.derived.get(key)
@@ -168,8 +165,8 @@ class Transformed:
                         [f"d_out{k}_rows" if g else None for k, g in enumerate(given)],
                         [(k, f"grad{k}_rows") for k in range(len(buffers))])
             rows((*values, *saved), d_out_rows, buffers)
-            if adjoint is self._adjoint or not holds_nan(buffers):
-                break
+            return buffers
+        plain_first(self._plain_adjoint, self._adjoint, run)
         return True
 
     @property
@@ -183,6 +180,16 @@ class Transformed:
 
     def __repr__(self):
         return f"<Transformed {self.name} outputs={self.n_outputs} active={self.active} target={self.backend.name}>"
+
+
+def plain_first(plain, guarded, run, checked=lambda result: result):
+    """`run(plain)` (a compiled function with plain products: `opt/plain_adjoint.py`), or `run(guarded)`
+    where `plain` is None or the `checked` part of what it gave holds a nan: the two differ only there."""
+    if plain is not None:
+        result = run(plain)
+        if not holds_nan(checked(result)):
+            return result
+    return run(guarded)
 
 
 def holds_nan(value):

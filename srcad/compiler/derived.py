@@ -17,7 +17,7 @@ from .ad.forward import tangent
 from .ad.vjp import vjp_function
 from .analysis.aliasing import analyse_aliasing
 from .backends import cache
-from .compiled import COMPILE_LOCK, Checked, holds_nan
+from .compiled import COMPILE_LOCK, Checked, plain_first
 from .ir.facts import Bounds
 from .ir.visit import called
 from .opt.cleanup import eliminate_dead_code, fold_constants, simplify
@@ -42,29 +42,26 @@ class Tangent:
         self._rows = {}
 
     def __call__(self, *args):
-        if self._plain is not None:
-            result = self._plain(*args)
-            if not holds_nan(result[self.n_outputs:]):
-                return result[:self.n_outputs], result[self.n_outputs:]
-        result = self._dispatcher(*args)
+        result = plain_first(self._plain, self._dispatcher, lambda tangent: tangent(*args),
+                             lambda result: result[self.n_outputs:])
         return result[:self.n_outputs], result[self.n_outputs:]
 
     def rows(self, args, tangent_rows, wanted, buffers):
         """The tangent for a batch of tangents in one compiled call (`rows.py`): `tangent_rows` one per
         active argument (leading axis: the rows), `buffers` one per output in `wanted` (leading axis: the
         rows) for its tangent. The arguments must not be written into (each row starts from them)."""
-        for dispatcher in filter(None, (self._plain, self._dispatcher)):       # as `__call__`: plain first
-            key = (id(dispatcher), len(args), tuple(wanted))
+        def run(tangent):
+            key = (tangent is self._plain, len(args), tuple(wanted))
             with COMPILE_LOCK:
                 rows = self._rows.get(key)
                 if rows is None:
                     rows = self._rows[key] = Rows(
-                        dispatcher, self._backend, [f"arg{k}" for k in range(len(args))],
+                        tangent, self._backend, [f"arg{k}" for k in range(len(args))],
                         [f"tangent{k}_rows" for k in range(len(tangent_rows))],
                         [(self.n_outputs + k, f"out_tangent{k}_rows") for k in wanted])
             rows(args, tangent_rows, buffers)
-            if dispatcher is self._dispatcher or not holds_nan(buffers):
-                return
+            return buffers
+        plain_first(self._plain, self._dispatcher, run)
 
 
 def tangent_of(transformed):

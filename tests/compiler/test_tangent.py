@@ -163,6 +163,7 @@ def test_a_zero_partial_after_an_inf_one_gives_a_zero_tangent_as_the_adjoint_giv
     with ad.ForwardAccumulator(c, 1.0) as acc:
         y = ad.function(soft_minimum)(a, c)
     assert float(acc.jvp(y).numpy()) == dg
+    check_hessian_vector_product(soft_minimum, (a, g), (False, True))     # forward over reverse there too
 
 
 def test_the_plain_tangent_alone_runs_where_it_makes_no_nan():
