@@ -241,8 +241,11 @@ def _spread_by_hand(client, arrays, chunk):
     return tuple(out)
 
 
-def _transfers(client):
-    return sum(client.run(lambda dask_worker: dask_worker.transfer_outgoing_count_total).values())
+def _sent(client):
+    """{worker: (requester, keys) of each transfer it made that carried data, to another worker or to the
+    client} (a request for keys already released carries none and is not a transfer)."""
+    return client.run(lambda dask_worker: [(t["who"], sorted(map(str, t["keys"])))
+                                           for t in dask_worker.transfer_outgoing_log if t["keys"]])
 
 
 def test_chunks_of_a_worker_are_summed_on_it(regression):
@@ -254,11 +257,12 @@ def test_chunks_of_a_worker_are_summed_on_it(regression):
                                      dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
         data = _spread_by_hand(client, (x, y), 375)                 # 16 chunks, worker A, B, A, B, ...
         value_and_grad(squared_residuals, w, data, client=client)  # compiled, and the plan made
-        before = _transfers(client)
+        before = _sent(client)
         value, grad = value_and_grad(squared_residuals, w, data, client=client)
         # the parameters copied to the second worker, one worker's total to the other, the result; in chunk
         # order each of the two summing tasks of 8 partials would have fetched 4 from the other worker
-        assert _transfers(client) - before == 3
+        sent = [t for worker, log in _sent(client).items() for t in log[len(before.get(worker, ())):]]
+        assert len(sent) == 3 and sum(len(keys) for _, keys in sent) == 3, sent
     assert abs(value - expected_value) <= 1e-12 * abs(expected_value) and _rel(grad, expected) <= 1e-12
 
 
