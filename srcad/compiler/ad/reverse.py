@@ -213,7 +213,7 @@ class _Reverse:
         if isinstance(s, For):
             body = self._replays(s) + self._reverse_block(s.body, ctx)
             restore = self._value_save(s, ctx, s.var)[1] if plan.saves(s, ctx) else []
-            return ([_reversed_loop(s, body)] if _has_effect(body) else []) + restore
+            return ([reversed_loop(s, body)] if _has_effect(body) else []) + restore
         if isinstance(s, While):
             counter = plan.bound(s)
             body = self._reverse_block(s.body, ctx)
@@ -233,7 +233,7 @@ class _Reverse:
         after = [t for v in reversed(self.plan.entry_saves(loop, ctx)) for t in self._value_save(loop, ctx, v)[1]]
         parallel = reversed_in_parallel(self.fn, self.local, loop, rerun, back, set(self.stacks[inner]),
                                         self.policy.shared_sums)
-        return (parallel or [_reversed_loop(loop, body + rerun + back)]) + after
+        return (parallel or [reversed_loop(loop, body + rerun + back)]) + after
 
     def _replays(self, loop):
         return clone(self.plan.replays(loop))
@@ -341,18 +341,26 @@ def _has_effect(stmts):
     return any(not isinstance(t, If) or _has_effect(t.body) or _has_effect(t.orelse) for t in stmts)
 
 
-def _reversed_loop(s, body):
-    """A For running `s`'s iterations in reverse order."""
+def reversed_loop(s, body):
+    """A For running `s`'s iterations in reverse order (also used to turn a reversed loop back)."""
     if s.step == Const(1):
         stop = Const(s.start.value - 1) if isinstance(s.start, Const) else BinOp("-", s.start, Const(1))
         return For(s.var, BinOp("-", s.stop, Const(1)), stop, Const(-1), body, s.origin)
     if s.step == Const(-1):
-        start = Const(s.stop.value + 1) if isinstance(s.stop, Const) else BinOp("+", s.stop, Const(1))
-        return For(s.var, start, BinOp("+", s.start, Const(1)), Const(1), body, s.origin)
+        return For(s.var, _plus_one(s.stop), _plus_one(s.start), Const(1), body, s.origin)
     trips = Call("srcad.trip_count", (s.start, s.stop, s.step))
     last = BinOp("+", s.start, BinOp("*", BinOp("-", trips, Const(1)), s.step))
     step = Const(-s.step.value) if isinstance(s.step, Const) else BinOp("-", Const(0), s.step)
     return For(s.var, last, BinOp("-", s.start, s.step), step, body, s.origin)
+
+
+def _plus_one(e):
+    """`e + 1`, folded where `e` is a constant or ends in `- 1`."""
+    if isinstance(e, Const):
+        return Const(e.value + 1)
+    if isinstance(e, BinOp) and e.op == "-" and e.right == Const(1):
+        return e.left
+    return BinOp("+", e, Const(1))
 
 
 def _saved_type(ty):

@@ -27,8 +27,9 @@ Then each element of memory is read and written by one iteration only, in the
 same order within it: the results are bitwise those of the descending loop.
 """
 from ..ad.parallel import disjoint
+from ..ad.reverse import reversed_loop
 from ..ad.rules import ELEMENTWISE
-from ..ir import BinOp, Call, Const, For, Pop, Push, Reserve, While
+from ..ir import Call, Const, For, Pop, Push, Reserve, While
 from ..ir.facts import Reverse
 from ..ir.visit import assigned, names_in, own_exprs, subexpressions, walk, written_array
 from .cleanup import live_in
@@ -50,7 +51,8 @@ def ascend_independent_loops(fn):
     own = (fn.facts.of(Reverse).adjoints if fn.facts.has(Reverse) else set()) - viewed_arrays(fn)
     for loop in loops:
         if _independent(loop, live_after[id(loop)], own):
-            loop.start, loop.stop, loop.step = _plus_one(loop.stop), _plus_one(loop.start), Const(1)
+            ascending = reversed_loop(loop, loop.body)
+            loop.start, loop.stop, loop.step = ascending.start, ascending.stop, ascending.step
     return fn
 
 
@@ -70,11 +72,3 @@ def _writes_nothing(e):
     return all(not isinstance(x, Call) or (x.fn in _PURE_HELPERS or x.fn.startswith("math.") or x.fn in ELEMENTWISE)
                and x.keyword("out") is None for x in subexpressions(e))
 
-
-def _plus_one(e):
-    """`e + 1`, folded where `e` is a constant or ends in `- 1`."""
-    if isinstance(e, Const):
-        return Const(e.value + 1)
-    if isinstance(e, BinOp) and e.op == "-" and e.right == Const(1):
-        return e.left
-    return BinOp("+", e, Const(1))
