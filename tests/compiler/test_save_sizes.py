@@ -16,11 +16,13 @@ import os
 import re
 import sys
 import tempfile
+from dataclasses import replace
 
 import numba
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from numba.core import types as nt
 from numba.np.numpy_support import as_dtype
 
 from srcad.compiler import pipeline
@@ -107,12 +109,20 @@ def predicted_and_pushed(forward, args):
     counter = Function(f"{forward.name}_sizes", user, setup, [Tuple(tuple(sizes[k].count for k in counted))],
                        False, forward.types, {}, Facts(), forward.names)
     counts = dict(zip(counted, _exec(counter)(*fresh(args))))
-    lowered = cpu.lower_for_target(pipeline.copy_function(forward))
-    buffers = [np.empty(3, as_dtype(forward.stacks[w].item)) for w in forward.workspace]
+    lowered = cpu.lower_for_target(_arrays_as_objects(pipeline.copy_function(forward)))
+    buffers = [[] if isinstance(forward.stacks[w].item, nt.Array) else np.empty(3, as_dtype(forward.stacks[w].item))
+               for w in forward.workspace]
     _, saved = _exec(lowered)(*fresh(args), *buffers)
     names = forward.facts.of(Reverse).saved
     return {k: (counts.get(k), sizes[k] is not None and sizes[k].exact, saved[names.index(forward.stacks[k].top)])
             for k in pushed}
+
+
+def _arrays_as_objects(fn):
+    """`fn` (in place) with its saved arrays kept as objects in lists, whose heights count arrays (copies
+    end to end in one buffer count elements)."""
+    fn.stacks = {k: replace(stack, by_value=False) for k, stack in fn.stacks.items()}
+    return fn
 
 
 def check_sizes(fn, args, active):

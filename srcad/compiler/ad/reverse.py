@@ -6,9 +6,9 @@ IR functions:
 * the *forward*: the primal plus what the reverse sweep will need, returning
   `(outputs, saved)`. `saved` holds the final values the reverse sweep reads,
   the locals single saves went to, and the stacks (each with its height).
-  Its scalar stacks are also parameters (`workspace`): the caller hands in
-  buffers kept from an earlier call, so a gradient in a loop does not
-  allocate its saves afresh each time.
+  Its stacks kept in buffers (`Policy.in_buffer`) are also parameters
+  (`workspace`): the caller hands in buffers kept from an earlier call, so a
+  gradient in a loop does not allocate its saves afresh each time.
 * the *adjoint*: takes the primal's arguments, the entries of `saved` and one
   cotangent per output, and returns the gradient of each active argument.
   Where the forward overwrote a value the reverse sweep brings it back (pop,
@@ -69,8 +69,21 @@ class _Reverse:
             base = {"value": f"{name}_stack", "elem": f"{name}_elems", "region": f"{name}_regions"}[kind]
             stack = self.fn.names.fresh(base if ctx is self.plan.top else base + "_it")
             self.stack_of[key] = stack
-            self.stacks[ctx][stack] = Stack(item, self.fn.names.fresh(f"{stack}_top"))
+            made = Stack(item, self.fn.names.fresh(f"{stack}_top"), by_value=self._by_value(ctx, name, kind, item))
+            if isinstance(item, nt.Array) and self.policy.in_buffer(made):
+                made = replace(made, objects=self.fn.names.fresh(f"{stack}_objects"))
+            self.stacks[ctx][stack] = made
         return self.stack_of[key]
+
+    def _by_value(self, ctx, name, kind, item):
+        """May a copy of each array saved on this stack stand for it? A region's is a copy already; a
+        rebound name's old array may be copied where no other name can see its memory (a write through
+        another name would then miss the copy) and it is not the caller's. Only for the stacks the
+        forward fills and the adjoint empties: a re-run in the adjoint pushes again over what it popped."""
+        if ctx is not self.plan.top or not isinstance(item, nt.Array):
+            return False
+        return kind == "region" or (kind == "value" and name not in self.fn.params
+                                    and self.plan.may(name) == {name})
 
     def _save(self, s, ctx, value, target, kind, item, once=None):
         """(forward statements saving `value`, reverse statements restoring it into `target`)."""
@@ -249,7 +262,7 @@ class _Reverse:
         final |= set(fn.facts.of(OptionalValues).outputs.values())     # and whether they take it
         final -= self.plan.facts.private | set(fn.params)
         stacks = self.stacks[top]
-        saved = sorted(final) + self.saved_locals + [n for s in sorted(stacks) for n in (s, stacks[s].top)]
+        saved = sorted(final) + self.saved_locals + [n for s in sorted(stacks) for n in _handed_on(s, stacks[s])]
         shared = self._restored_in_place()
         _copy_when_brought_back(adjoint_body, self.rebinds, self.restored - shared, self.types)
         forward = self._make_room(self._forward_function(forward_body, saved, shared))
@@ -268,12 +281,13 @@ class _Reverse:
         stacks = self.stacks[self.plan.top]
         pushed = {t.value.id for t in walk(body) if isinstance(t, Push) and isinstance(t.value, Name)}
         every = {**fn.stacks, **stacks}
-        defaults = sorted((set(saved) | pushed) - set(fn.params) - set(every) - {s.top for s in every.values()})
+        storage = {n for k, s in every.items() for n in _handed_on(k, s)}
+        defaults = sorted((set(saved) | pushed) - set(fn.params) - storage)
         init = [Assign(v, placeholder(self.types[v])) for v in defaults]
         handed = [Call("np.copy", (o,)) if names_in(o) & set().union(*(self.plan.may(a) for a in shared)) else o
                   for o in fn.outputs]
         outputs = Tuple(tuple(handed)) if fn.returns_tuple else handed[0]
-        workspace = [s for s in sorted(stacks) if not isinstance(stacks[s].item, nt.Array)] \
+        workspace = [s for s in sorted(stacks) if self.policy.in_buffer(stacks[s])] \
             if self.policy.growable else []        # sized storage is made by the target, for each call
         return Function(f"{fn.name}_forward", fn.params + workspace, init + body,
                         [outputs, Tuple(tuple(Name(n) for n in saved))], True, dict(self.types),
@@ -320,6 +334,12 @@ class _Reverse:
                         Facts(Reverse(saved, d_outs, dict(self.stacks[self.plan.top]), set(self.local.d.values()),
                                       bool(shared), set(self.local.guards)), fn.facts.copy().of(Aliasing)),
                         fn.names, [], fn.sources)
+
+
+def _handed_on(name, stack):
+    """The names the forward hands the adjoint for a stack: its storage and height (and the list of the
+    arrays kept as objects beside a buffer of copies)."""
+    return (name, stack.top) + ((stack.objects,) if stack.objects else ())
 
 
 def _copy_when_brought_back(body, rebinds, restored, types):

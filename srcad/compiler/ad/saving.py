@@ -55,7 +55,12 @@ class Policy:
     `elementwise_loops`: array expressions run as loops over their elements (`opt/elementwise.py`)
     rather than as NumPy operations each making an array (a GPU thread computes scalars already).
     `plain_adjoint`: the adjoint is also compiled without zero-cotangent guards and runs first, the guarded
-    one only where its gradients hold a nan (`opt/plain_adjoint.py`; a GPU target's kernels keep theirs)."""
+    one only where its gradients hold a nan (`opt/plain_adjoint.py`; a GPU target's kernels keep theirs).
+    `copied_dtypes`: the dtypes of arrays the target keeps, where a copy may stand for each
+    (`Stack.by_value`), as copies end to end in one growing buffer, each followed by its shape and where
+    it starts (a CPU: no object and no allocation per saved array; one too big to copy, over
+    `runtime.COPIED_AT_MOST` elements, is kept as an object in a list beside the buffer); other saved
+    arrays are kept as objects."""
     name: str = "cpu"
     growable: bool = True
     shared_sums: str = "partials"
@@ -63,9 +68,20 @@ class Policy:
     keeps_results: bool = True
     elementwise_loops: bool = True
     plain_adjoint: bool = True
+    copied_dtypes: frozenset = frozenset()
+
+    def in_buffer(self, stack):
+        """Is `stack` kept in one buffer of its dtype (a scalar's, or arrays copied end to end)? Such a
+        buffer is handed in by the caller where storage grows (`Function.workspace`)."""
+        item = stack.item
+        if not isinstance(item, nt.Array):
+            return True
+        return (stack.by_value and self.growable and item.ndim > 0 and item.layout == "C"
+                and str(item.dtype) in self.copied_dtypes)
 
 
-CPU = Policy("cpu", growable=True)
+CPU = Policy("cpu", growable=True, copied_dtypes=frozenset({"float64"}))
+
 SIZED = Policy("sized", growable=False)      # the CPU printer with exactly sized, non-growing storage
 
 

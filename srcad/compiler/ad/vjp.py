@@ -22,6 +22,8 @@ order, for little: the gradient of a gradient function, and a gradient function
 that more than one tape differentiates (a third derivative on the way), are
 made of the adjoint as it is (`derived.gradient_of`).
 """
+from dataclasses import replace
+
 from ..ir import Function
 from ..ir.facts import Bounds, Facts, Lowered, Reverse
 from ..ir.visit import clone
@@ -37,7 +39,9 @@ def vjp_function(forward, adjoint, versioned=True):
     saved = forward.facts.of(Reverse).saved
     d_outs = adjoint.facts.of(Reverse).d_outs
     user_params = [p for p in adjoint.params if p not in saved and p not in d_outs]
-    stacks = {**forward.stacks, **adjoint.stacks}
+    # its arrays saved as objects: a re-run of its pops and pushes by a later transform would write
+    # copies where views of older ones may still be read
+    stacks = {k: replace(s, by_value=False, objects=None) for k, s in {**forward.stacks, **adjoint.stacks}.items()}
     name = adjoint.name[:-len("_adjoint")] + "_vjp" if adjoint.name.endswith("_adjoint") else adjoint.name + "_vjp"
     types = {**forward.types, **adjoint.types}
     return Function(name, user_params + d_outs, clone(forward.body) + clone(adjoint.body), list(adjoint.outputs),

@@ -3,8 +3,10 @@
 `NumbaCPU` is this target's `Backend` (registered as "cpu"). `lower_for_target`
 turns the save constructs into this target's storage (a stack of scalars is a
 NumPy buffer and a top counter, room reserved before a for loop, grown by
-doubling in while loops; a stack of arrays a typed list) and accumulations
-through index arrays into scatter-adds. After it the IR is plain assignments,
+doubling in while loops; a stack of arrays copies may stand for, a buffer of
+copies end to end with a list beside it for big ones, `runtime.push_array`;
+other arrays a typed list) and accumulations through index arrays into
+scatter-adds. After it the IR is plain assignments,
 stores and calls, which `module_source` prints with a header of imports.
 `infer_types` runs Numba's type inference (only) on a printed function; `jit`
 compiles with Numba's on-disk cache and `load_cached` loads machine code from
@@ -44,22 +46,27 @@ HEADER = "\n".join(["import math", "import numpy as np", "import numba", "from n
                                   subsequent_indent=" " * 36), ""])
 
 
-def lower_for_target(fn):
-    """`fn` with the IR constructs this target has no statement for lowered, in place; returns `fn`."""
-    return lower_scatter_adds(lower_stacks(serial_where_unsafe(fn)))
+def lower_for_target(fn, policy=CPU):
+    """`fn` with the IR constructs this target has no statement for lowered, in place (storage as
+    `policy` keeps it); returns `fn`."""
+    return lower_scatter_adds(lower_stacks(serial_where_unsafe(fn), policy))
 
 
 # ---- stacks ---------------------------------------------------------------------------------------
 
-def lower_stacks(fn):
+def lower_stacks(fn, policy=CPU):
     """Replace Push / Pop / Reserve in `fn` by buffer operations, in place; returns `fn`."""
     owners = _iteration_stacks(fn)
+    copied = {name for name, stack in fn.stacks.items() if isinstance(stack.item, nt.Array)
+              and stack.size is None and stack.objects and policy.in_buffer(stack)}
     for block in all_blocks(fn.body):
-        block[:] = [t for s in block for t in _lowered(fn, s)]
+        block[:] = [t for s in block for t in _lowered(fn, s, copied)]
     init, counted = [], set()
     for name, stack in sorted(fn.stacks.items()):
-        made = _allocation(name, stack, counted) if name not in fn.params else []
+        made = _allocation(name, stack, counted, name in copied) if name not in fn.params else []
         made += [Assign(stack.top, Const(0))] if stack.top not in fn.params else []
+        if stack.objects and stack.objects not in fn.params:
+            made.append(Assign(stack.objects, Call("List.empty_list", (TypeRef(stack.item),))))
         if name in owners:
             owners[name].body[:0] = made
         else:
@@ -84,44 +91,43 @@ def _stack_uses(stmts):
     return Counter(t.stack for t in walk(stmts) if isinstance(t, (Push, Pop, Reserve)))
 
 
-def _is_list(item):
-    return isinstance(item, nt.Array)
-
-
-def _allocation(name, stack, counted):
+def _allocation(name, stack, counted, copied):
     """A stack's storage: as large as `stack.size` where the policy sized it before the run (after the
-    statements counting it, once for the stacks `counted` together), else a small buffer that grows."""
-    if stack.size is None or _is_list(stack.item):
-        return [Assign(name, _empty(stack.item))]
+    statements counting it, once for the stacks `counted` together), else a small buffer that grows
+    (arrays: a typed list, or one buffer where they are `copied` end to end)."""
+    if isinstance(stack.item, nt.Array) and not copied:
+        return [Assign(name, Call("List.empty_list", (TypeRef(stack.item),)))]
+    if stack.size is None:
+        return [Assign(name, Call("np.empty", (Const(16), Global(f"np.{buffer_dtype(stack)}"))))]
     setup = [] if stack.size.setup in counted else clone(list(stack.size.setup))
     counted.add(stack.size.setup)
-    return setup + [Assign(name, Call("np.empty", (stack.size.count, Global(f"np.{_dtype_name(stack.item)}"))))]
+    return setup + [Assign(name, Call("np.empty", (stack.size.count, Global(f"np.{buffer_dtype(stack)}"))))]
 
 
-def _empty(item):
-    if _is_list(item):
-        return Call("List.empty_list", (TypeRef(item),))
-    return Call("np.empty", (Const(16), Global(f"np.{_dtype_name(item)}")))
-
-
-def _dtype_name(ty):
+def buffer_dtype(stack):
+    """The dtype's name of the buffer a stack kept in one is: its scalars', or its arrays' elements'."""
+    ty = stack.item.dtype if isinstance(stack.item, nt.Array) else stack.item
     return "bool_" if isinstance(ty, nt.Boolean) else str(ty)
 
 
-def _lowered(fn, s):
+def _lowered(fn, s, copying):
+    """`s` on this target's storage (`copying`: the stacks keeping arrays as copies end to end)."""
     if not isinstance(s, (Push, Pop, Reserve)):
         return [s]
+    copied = s.stack in copying
     stack = fn.stacks[s.stack]
     buf, top = Name(s.stack), Name(stack.top)
     if isinstance(s, Reserve):
-        if _is_list(stack.item):
+        if isinstance(stack.item, nt.Array):      # arrays: each push makes its own room
             return []
         need = BinOp("+", top, s.count)
         return [If(Compare(">", need, Call("len", (buf,))), [Assign(s.stack, Call("grow", (buf, need)), s.origin)],
                    [], s.origin)]
     if isinstance(s, Push):
         bump = Assign(stack.top, BinOp("+", top, Const(1)), s.origin)
-        if _is_list(stack.item):     # a list popped and pushed again is written at its height, not appended to
+        if copied:
+            return _copy_pushed(fn, s, stack)
+        if isinstance(stack.item, nt.Array):     # a list popped and pushed again: written at its height
             return [If(Compare("<", top, Call("len", (buf,))), [Store(s.stack, (top,), s.value, s.origin)],
                        [Effect(Call(".append", (buf, s.value)), s.origin)], s.origin), bump]
         room = []
@@ -131,9 +137,34 @@ def _lowered(fn, s):
         return room + [Store(s.stack, (top,), s.value, s.origin), bump]
     drop = Assign(stack.top, BinOp("-", top, Const(1)), s.origin)
     value = Subscript(buf, (top,))
-    if isinstance(s.target, Name):
-        return [drop, Assign(s.target.id, value, s.origin)]
-    return [drop, Store(s.target.base.id, s.target.index, value, s.origin)]
+    if copied:
+        value = Call("popped_array", (buf, Name(stack.objects), top, Const(stack.item.ndim)))
+        return [_popped_into(s, value), Assign(stack.top, Call("height_before_pop", (buf, top)), s.origin)]
+    return [drop, _popped_into(s, value)]
+
+
+def _popped_into(pop, value):
+    if isinstance(pop.target, Name):
+        return Assign(pop.target.id, value, pop.origin)
+    return Store(pop.target.base.id, pop.target.index, value, pop.origin)
+
+
+def _copy_pushed(fn, push, stack):
+    """A push onto a stack of arrays kept as copies in one buffer (`runtime.push_array`). A region's
+    copy made only to be pushed is not made: the push copies the region (or, too big to copy, keeps
+    a copy of it as an object), where a rebound name's array is kept as it is."""
+    value, as_is = push.value, True
+    if isinstance(value, Call) and value.fn == "np.copy":
+        value, as_is = value.args[0], False
+    out = []
+    if not isinstance(value, Name):
+        bound = fn.names.fresh(f"{push.stack}_item")
+        fn.types[bound] = type_of(fn, value)
+        out, value = [Assign(bound, value, push.origin)], Name(bound)
+    buf, top = Name(push.stack), Name(stack.top)
+    return out + [Assign(push.stack, Call("push_array", (buf, Name(stack.objects), top, value, Const(as_is))),
+                         push.origin),
+                  Assign(stack.top, Call("height_after_push", (top, value)), push.origin)]
 
 
 # ---- accumulations through index arrays ----------------------------------------------------------------
@@ -430,10 +461,6 @@ def output_types(return_type, returns_tuple):
 
 # ---- the forward's stacks, handed in and kept from call to call -------------------------------------
 
-def buffer_dtype(stack):
-    return _dtype_name(stack.item)
-
-
 def new_buffer(dtype):
     return np.empty(16, dtype)
 
@@ -451,7 +478,7 @@ class NumbaCPU(Backend):
         return primal_types(dispatcher, arg_types, compile_it)
 
     def lower(self, fn):
-        return lower_for_target(fn)
+        return lower_for_target(fn, self.policy)
 
     def module_source(self, functions, prefix):
         return module_source(functions, prefix)

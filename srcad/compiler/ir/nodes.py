@@ -293,11 +293,16 @@ class Stack:
     as they are: a rebound name's old array, or a copy of an overwritten region); `top` names its
     height. `checked`: pushes may come without a `Reserve` (in while loops), so each must make room.
     `size`: how many values one run pushes, known before the run (a `saving.SaveSize`; set where the
-    target's storage cannot grow, see `saving.Policy`)."""
+    target's storage cannot grow, see `saving.Policy`). `by_value`: a stack of arrays a copy of each of
+    which may stand for it (nothing else sees its memory: `_Reverse._by_value`), which a target may keep
+    as copies end to end in one buffer (`saving.Policy.in_buffer`), beside the list named `objects` for
+    arrays too big to copy (handed from the forward to the adjoint with the stack and its height)."""
     item: object
     top: str
     checked: bool = False
     size: object = None
+    by_value: bool = False
+    objects: Optional[str] = None
 
 
 class Names:

@@ -195,8 +195,8 @@ def drop_unread_saved(forward, adjoint):
     saved = adjoint.facts.of(Reverse).saved
     read = live_in(adjoint.body, set().union(*(names_in(o) for o in adjoint.outputs)))
     stacks = adjoint.facts.of(Reverse).forward_stacks
-    tops = {s.top: name for name, s in stacks.items()}
-    keep = [n for n in saved if n in read or (n in tops and tops[n] in read)]
+    beside = {n: name for name, s in stacks.items() for n in (s.top, s.objects) if n}    # handed on with it
+    keep = [n for n in saved if n in read or (n in beside and beside[n] in read)]
     adjoint.params = [p for p in adjoint.params if p not in saved or p in keep]
     forward.outputs[1] = Tuple(tuple(Name(n) for n in keep))
     for name in set(stacks) - set(keep):

@@ -18,11 +18,13 @@ out, as before. Their room is reserved at once (the sum of their counts). On
 ADBench's LSTM in loops this took the taped forward from 2.21 to 2.11 ms and
 the gradient from 2.84 to 2.68 ms (`benchmarks/README.md`).
 
-Only stacks the caller hands in and the forward hands on (`Function.workspace`,
+Only scalar stacks the caller hands in and the forward hands on (`Function.workspace`,
 on targets whose stacks may grow) are merged, and only on the code compiled:
 `Program.ir` keeps one stack per value.
 """
 from dataclasses import replace
+
+from numba.core import types as nt
 
 from ..ir import BinOp, Name, Pop, Push, Reserve, Tuple
 from ..ir.facts import Reverse
@@ -38,7 +40,8 @@ def merge_stacks(forward, adjoint):
     first_pushed = {name: k for k, name in enumerate(pushes)}
     for name in sorted(forward.workspace, key=lambda n: first_pushed.get(n, -1)):
         stack = forward.stacks[name]
-        if name in elsewhere or stack.top in elsewhere or len(_distinct(pushes.get(name, ()))) != 1 \
+        if name in elsewhere or stack.top in elsewhere or isinstance(stack.item, nt.Array) \
+                or len(_distinct(pushes.get(name, ()))) != 1 \
                 or len(_distinct(pops.get(name, ()))) != 1 or len(reserves.get(name, ())) > 1:
             continue
         reserved_in = reserves.get(name, [None])[0]          # the block of its one reservation, if any

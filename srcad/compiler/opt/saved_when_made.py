@@ -22,6 +22,8 @@ The pop moves to the top of the reversed body, the pushes stay in their
 order, so stacks treated so still merge (`merged_stacks.py`). This runs on
 the code compiled only; `Program.ir` keeps the plain saves.
 """
+from numba.core import types as nt
+
 from ..ir import Assign, For, Name, Pop, Push, While
 from ..ir.visit import defines, names_in, reads, stack_statements, walk
 
@@ -51,11 +53,12 @@ def _index(block, stmt):
 
 def _qualifies(forward, adjoint, stack, pushes, pops, bodies):
     """Is the stack pushed once, in a loop body of the forward (`bodies`: the serial loop bodies of the
-    forward, of the adjoint), with a scalar (workspace stacks hold scalars only) that the next statement
-    assigns, the body's only assignment of it; and popped once into it at the top level of a loop body of
+    forward, of the adjoint), with a scalar (an array pushed when made might be written after) that the
+    next statement assigns, the body's only assignment of it; and popped once into it at the top level of a loop body of
     the adjoint (the reverse sweep mirrors loops: that is the push's loop reversed), its only assignment
     there, and read in the adjoint only before that pop in that body?"""
-    if stack not in forward.workspace or len(pushes[stack]) != 1 or len(pops.get(stack, ())) != 1:
+    if stack not in forward.workspace or isinstance(forward.stacks[stack].item, nt.Array) \
+            or len(pushes[stack]) != 1 or len(pops.get(stack, ())) != 1:
         return False
     (block, push), (body, pop) = pushes[stack][0], pops[stack][0]
     k = _index(block, push)
