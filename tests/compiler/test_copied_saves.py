@@ -196,3 +196,96 @@ def float32_steps(w, n):
         h = np.tanh(h * w)
         total += np.sum(h)
     return total
+
+
+
+def through_contiguous(x, n):
+    """A rebound array written through a function that gives it back (Numba: a contiguous array as it
+    is): an alias the saving plan must see (a copy of `h` saved would miss the write)."""
+    total = 0.0
+    h = np.sin(x)
+    for i in range(n):
+        h = np.sin(x * (i + 1.0))
+        total += np.sum(h * h)
+        g = np.ascontiguousarray(h)
+        g[0] = g[0] * 3.0
+        total += np.sum(g * x)
+    return total
+
+
+def through_fortran(x, n):
+    total = 0.0
+    h = np.sin(x)
+    for i in range(n):
+        h = np.sin(x * (i + 1.0))
+        total += np.sum(h * h)
+        g = np.asfortranarray(h)
+        g[1] = g[1] * 3.0
+        total += np.sum(g * x)
+    return total
+
+
+def through_new_axis(x, n):
+    total = 0.0
+    h = np.sin(x)
+    for i in range(n):
+        h = np.sin(x * (i + 1.0))
+        total += np.sum(h * h)
+        g = np.expand_dims(h, 0)
+        g[0, 2] = g[0, 2] * 3.0
+        total += np.sum(g[0] * x)
+    return total
+
+
+def through_two_dimensions(x, n):
+    total = 0.0
+    h = np.sin(x)
+    for i in range(n):
+        h = np.sin(x * (i + 1.0))
+        total += np.sum(h * h)
+        g = np.atleast_2d(h)
+        g[0, 3] = g[0, 3] * 3.0
+        total += np.sum(g[0] * x)
+    return total
+
+
+@pytest.mark.parametrize("fn", [through_contiguous, through_fortran, through_new_axis, through_two_dimensions],
+                         ids=lambda f: f.__name__)
+def test_a_write_through_a_function_that_gives_a_view_reaches_the_saved_array(fn):
+    check_function(ad.function(fn), (rng.normal(size=5), 3), (0,))
+
+
+def test_reading_an_array_after_a_write_through_such_a_view_is_refused():
+    def read_after(x, n):
+        total = 0.0
+        for i in range(n):
+            h = np.sin(x * (i + 1.0))
+            g = np.ascontiguousarray(h)
+            g[0] = g[0] * 3.0
+            total += np.sum(h * x)
+        return total
+    with pytest.raises(ad.TransformError, match=r"read_after .*line \d+\): `g\[0\] = g\[0\] \* 3.0` writes into `g` "
+                                                 r"while `h` .*which shares its memory, is read afterwards"):
+        with ad.GradientTape() as tape:
+            x = ad.Variable(rng.normal(size=5))
+            tape.gradient(ad.function(read_after)(x, 3), x)
+
+
+def slabs_overwritten(x, n):
+    """Regions of a 3-d array, a slab across its first and last axes, written over: their old values
+    saved as copies (and the array made of another's shape, `np.zeros(x.shape)`)."""
+    h = np.zeros(x.shape)
+    total = 0.0
+    for t in range(n):
+        j = t % x.shape[1]
+        h[:, j, :] = np.sin(h[:, j, :] * 1.3 + x[:, j, :])
+        total += np.sum(h * h * x)
+    return total
+
+
+def test_slabs_of_a_three_dimensional_array():
+    x = rng.normal(size=(3, 4, 2))
+    t = _transformed(slabs_overwritten, (x, 7), (0,))
+    assert _copied_stacks(t) == ["h_regions"]
+    check_function(ad.function(slabs_overwritten), (x, 7), (0,))
+    second_order_check(slabs_overwritten, (x, 7), (True, False))

@@ -683,7 +683,12 @@ class _Counter:
         if e.fn in _SAME_SHAPE:
             return self.shape_of(e.args[0], env, changed)
         if e.fn in _MADE_OF_SHAPE:
-            dims = e.args[0].items if isinstance(e.args[0], Tuple) else (e.args[0],)
+            shape = e.args[0]
+            if isinstance(shape, Attribute) and shape.attr == "shape":     # np.zeros(x.shape): x's axes
+                return self.shape_of(shape.base, env, changed)
+            if isinstance(_expr_type(self.types, shape), nt.BaseTuple):
+                return None
+            dims = shape.items if isinstance(shape, Tuple) else (shape,)
             dims = tuple(self.fixed(d, env, changed) for d in dims)
             return None if any(d is None for d in dims) else dims
         return None

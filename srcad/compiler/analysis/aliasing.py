@@ -23,9 +23,11 @@ from ..ir.facts import Aliasing, Lowered
 from ..ir.visit import binding_counts, blocks, defines, names_in, reads, walk, written_array
 from .types import index_array
 
-# calls whose result may be (a view of) their first argument: `srcad.list_room` gives it back while it has room
+# calls whose result may be (a view of) their first argument: `srcad.list_room` gives it back while it has room,
+# `np.ascontiguousarray` and `np.asfortranarray` an array already so laid out (in Numba, a 1-d one either way)
 VIEW_CALLS = frozenset({"srcad.stop_gradient", "np.transpose", "np.asarray", "np.ravel", "np.reshape",
-                        "srcad.list_room", "srcad.list_rows_room"})
+                        "np.ascontiguousarray", "np.asfortranarray", "np.expand_dims", "np.atleast_1d",
+                        "np.atleast_2d", "np.atleast_3d", "srcad.list_room", "srcad.list_rows_room"})
 
 
 def analyse_aliasing(fn, active_params):
