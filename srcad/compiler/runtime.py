@@ -196,7 +196,7 @@ def _push_array_overload(stack, objects, top, value, as_is):
     if not isinstance(value, nt.Array) or not isinstance(as_is, nt.BooleanLiteral):
         return None
     n = value.ndim
-    kept = "value" if as_is.literal_value else "np.copy(value)"
+    kept = "value" if as_is.literal_value else "value.copy()"      # (C order, as the list's arrays)
     head = ["def impl(stack, objects, top, value, as_is):",
             f"    copied = value.size <= {COPIED_AT_MOST}",
             f"    need = top + (value.size + {n + 1} if copied else 2)",

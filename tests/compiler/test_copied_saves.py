@@ -266,3 +266,27 @@ def test_slabs_of_a_three_dimensional_array():
     assert _copied_stacks(t) == ["h_regions"]
     check_function(ad.function(slabs_overwritten), (x, 7), (0,))
     second_order_check(slabs_overwritten, (x, 7), (True, False))
+
+
+def columns_overwritten(x, n, kind):
+    """Columns of a Fortran-ordered array written over: Numba types a column of one as a 1-d 'F' array
+    (and `np.copy` of it too), which a stack of C arrays must still take. `kind` picks how the array
+    comes to be Fortran-ordered: an argument copied with `np.copy` (order kept), or made so here."""
+    if kind == 0:
+        y = np.copy(x)
+    elif kind == 1:
+        y = np.asfortranarray(x.copy())
+    else:
+        y = np.asfortranarray(x * 1.0)
+    for j in range(n):
+        c = j % y.shape[1]
+        y[:, c] = np.sin(y[:, c]) * y[:, c] + 0.5
+    return np.sum(y * y)
+
+
+@pytest.mark.parametrize("kind", [0, 1, 2])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_columns_of_a_fortran_ordered_array_written_over(kind, order):
+    x = np.asarray(rng.normal(size=(4, 3)), order=order)
+    check_function(ad.function(columns_overwritten), (x, 5, kind), (0,))
+    second_order_check(columns_overwritten, (x, 5, kind), (True, False, False))

@@ -261,7 +261,7 @@ class LocalAdjoints:
             dt = Name(self.adjoint_name(t.id))
             return [Push(self.adjoint_name(s.stack), dt), self.zero(t.id)]     # a new array: the pushed one is kept
         dt = Subscript(Name(self.adjoint_name(t.base.id)), t.index)
-        taken = Call("np.copy", (dt,)) if rank(type_of(self.fn, t)) else dt
+        taken = Call(".copy", (dt,)) if rank(type_of(self.fn, t)) else dt        # (C order, as the stack's)
         return [Push(self.adjoint_name(s.stack), taken), Store(self.adjoint_name(t.base.id), t.index, Const(0.0))]
 
     def _pop_inactive(self, s):

@@ -116,7 +116,8 @@ class _Reverse:
         view = region(s)
         ty = type_of(self.fn, view)
         if isinstance(ty, nt.Array):
-            return self._save(s, ctx, Call("np.copy", (view,)), view, "region", nt.Array(ty.dtype, ty.ndim, "C"))
+            # (`.copy()`: C order always; `np.copy` keeps a column of a Fortran array 'F', another type)
+            return self._save(s, ctx, Call(".copy", (view,)), view, "region", nt.Array(ty.dtype, ty.ndim, "C"))
         return self._save(s, ctx, view, view, "elem", ty)
 
     # ---- forward --------------------------------------------------------------------------------

@@ -154,7 +154,7 @@ def _copy_pushed(fn, push, stack):
     copy made only to be pushed is not made: the push copies the region (or, too big to copy, keeps
     a copy of it as an object), where a rebound name's array is kept as it is."""
     value, as_is = push.value, True
-    if isinstance(value, Call) and value.fn == "np.copy":
+    if isinstance(value, Call) and value.fn == ".copy":
         value, as_is = value.args[0], False
     out = []
     if not isinstance(value, Name):
