@@ -135,10 +135,10 @@ class Function:
 
     def __call__(self, *args, **kwargs):
         args = self._bind(args, kwargs)
-        values = tuple(_argument_value(a) for a in args)
+        values = tuple(map(_argument_value, args))
         tapes = recording_tapes()
-        active = tuple(needs_gradient(a, tapes) and a.dtype.kind == "f" for a in args) if tapes \
-            else (False,) * len(args)
+        active = tuple(isinstance(a, Tensor) and needs_gradient(a, tapes) and a.dtype.kind == "f" for a in args) \
+            if tapes else (False,) * len(args)
         if self.has_vjp_rule and any(active):
             from .rule_calls import call_with_vjp
             return call_with_vjp(self, getattr(self.python_function, RULE), args, values)
@@ -547,6 +547,9 @@ def _needs_higher_order(node, out_grads):
 
 def _argument_value(a):
     """What the compiled code receives: arrays stay arrays, rank-0 values become scalars."""
+    kind = type(a)
+    if kind is float or kind is int:
+        return a
     if isinstance(a, Tensor):
         a = a._value
     if isinstance(a, np.ndarray) and a.ndim == 0:
@@ -699,5 +702,8 @@ def _as_scalar(c):
 
 def _match(grad, value):
     """A gradient in the argument's dtype and shape."""
+    if type(grad) is np.ndarray and type(value) is np.ndarray and grad.dtype == value.dtype \
+            and grad.shape == value.shape:
+        return grad            # (the common case, on every call: without NumPy's conversions)
     dtype = np.asarray(value).dtype
     return np.asarray(grad, dtype=dtype).reshape(np.shape(value))

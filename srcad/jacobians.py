@@ -254,7 +254,7 @@ def batch_shape(out_grads, outputs):
     read from the first cotangent given."""
     for g, out in zip(out_grads, outputs):
         if g is not None:
-            shape = np.shape(g._value if isinstance(g, Tensor) else g)
+            shape = g.shape if type(g) is np.ndarray else np.shape(g._value if isinstance(g, Tensor) else g)
             return shape[:max(len(shape) - out.ndim, 0)]
     return ()
 

@@ -200,6 +200,9 @@ def holds_nan(value):
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in "fc":
             return False
+        if value.size <= 16:          # a few numbers: summed in Python, cheaper than a call of either
+            total = sum(value.ravel().tolist())
+            return total != total
         return bool(sum_is_nan(value)) if value.ndim else bool(np.isnan(value.sum()))
     if isinstance(value, (float, complex, np.floating, np.complexfloating)):
         return value != value
