@@ -13,7 +13,8 @@ import srcad as ad
 from srcad.compiler import transform
 from srcad.compiler.ad.saving import CPU
 from srcad.compiler.backends import base, numba_cpu
-from srcad.compiler.ir import Accumulate, BinOp, Const, For, Function, Name, Slice, Store, Subscript
+from srcad.compiler.ir import Accumulate, Assign, BinOp, Call, Const, For, Function, Name, Slice, Store, Subscript, \
+    UnaryOp
 from srcad.compiler.ir.facts import Facts, Reverse
 from srcad.compiler.ir.printer import function_text
 from srcad.compiler.opt.elementwise import loop_elementwise
@@ -173,3 +174,30 @@ def test_an_array_the_value_reads_at_another_place_is_not_written_by_a_loop():
     same_place = Accumulate(Name("d"), BinOp("*", Name("d"), Name("v")))
     fn = loop_elementwise(_adjoint_with(same_place))
     assert "for e in range(d.shape[0]):" in function_text(fn) and "d[e] += d[e] * v[e]" in function_text(fn)
+
+
+def test_temporaries_only_the_next_statement_reads_go_into_its_loop():
+    """The adjoint of a sigmoid reads `exp(-g)` twice: `share` binds it (and `-g`) to temporaries, which go
+    into the loop of the one statement that reads them, computed once per element there."""
+    _, adjoint, _ = _sources(cell_steps, (np.concatenate((W, U)), H0))
+    looped = [line for line in adjoint.splitlines() if "np.exp(" in line and "[e" in line]
+    assert len(looped) == 1 and "exp_here = np.exp(-" in looped[0], adjoint
+    assert "exp_of" not in adjoint and "np.empty((view" not in adjoint, adjoint
+
+
+def _block_with(stmts, outputs):
+    ty = nt.Array(nt.float64, 1, "C")
+    return Function("f", ["d", "v"], [For("i", Const(0), Const(2), Const(1), stmts)], outputs,
+                    types={"d": ty, "v": ty, "i": nt.intp}, facts=Facts(Reverse(saved=[], adjoints={"d"})))
+
+
+def _temporary_then_use():
+    return [Assign("tmp", Call("np.exp", (UnaryOp("-", Name("v")),))),
+            Accumulate(Name("d"), BinOp("*", Name("tmp"), BinOp("+", Name("tmp"), Const(1.0))))]
+
+
+def test_a_temporary_read_elsewhere_stays_an_array():
+    fused = function_text(loop_elementwise(_block_with(_temporary_then_use(), [Name("d")])))
+    assert "tmp" not in fused and "exp_here = np.exp(-v[e])" in fused and "d[e] += exp_here * (exp_here + 1.0)" in fused
+    kept = function_text(loop_elementwise(_block_with(_temporary_then_use(), [Name("d"), Name("tmp")])))
+    assert "tmp[e] = np.exp(-v[e])" in kept and "d[e2] += tmp[e2] * (tmp[e2] + 1.0)" in kept, kept

@@ -26,13 +26,16 @@ Only statements inside loops, where the arrays are made again on every iteration
 call gains little and would cost compile time (the loop nest and the statement as written are both
 compiled). CPU code only (`Policy.elementwise_loops`): a GPU thread runs scalar code already.
 """
+from collections import Counter
+from copy import copy
+
 from numba.core import types as nt
 
 from ..analysis.types import index_array, type_of
 from ..ir import Accumulate, Assign, Attribute, BinOp, Call, Compare, Const, For, Global, If, Name, Slice, Store, \
     Subscript, Tuple, UnaryOp, While
 from ..ir.facts import Reverse
-from ..ir.visit import blocks, children, names_in, subexpressions, walk
+from ..ir.visit import blocks, children, defines, names_in, reads, rebuild, subexpressions, substitute, walk
 from .first_writes import NEW_ARRAYS, arrays_held_elsewhere, held_after, viewed_arrays, viewed_by
 
 ARITHMETIC = frozenset({"+", "-", "*", "/", "**"})
@@ -58,7 +61,7 @@ def loop_elementwise(fn):
     for s in walk(fn.body):
         if isinstance(s, Assign) and s.target not in fn.types:
             _infer_type(fn, s)
-    _in_block(fn, fn.body, own)
+    _in_block(fn, fn.body, own, _uses(fn))
     return fn
 
 
@@ -77,20 +80,86 @@ def _infer_type(fn, s):
 COMPARISONS = frozenset({"np.equal", "np.not_equal", "np.less", "np.less_equal", "np.greater", "np.greater_equal"})
 
 
-def _in_block(fn, stmts, own, in_loop=False):
+def _in_block(fn, stmts, own, uses, in_loop=False):
     """`stmts` rewritten. Besides `own`, an array this block made anew (`d = np.zeros_like(g)` after
-    `g = d`) is written by a loop while no other name has been bound to it since."""
-    out, fresh = [], set()
+    `g = d`) is written by a loop while no other name has been bound to it since. Temporaries that only
+    the statement after them reads (`shared = -g; e = np.exp(shared); d_g -= d_s * e / (1.0 + e) ** 2`,
+    as `share` binds a subexpression a formula repeats) go into that statement's loop, not into arrays
+    of their own."""
+    out, fresh, held = [], set(), []
     for s in stmts:
         if isinstance(s, For) and s.parallel:
+            out.extend(_emitted(fn, held, own | fresh))
             out.append(s)
-            fresh = set()
+            fresh, held = set(), []
             continue
         for block in blocks(s):
-            _in_block(fn, block, own, in_loop or isinstance(s, (For, While)))
-        out.extend(_as_loop(fn, s, own | fresh) or [s] if in_loop else [s])
+            _in_block(fn, block, own, uses, in_loop or isinstance(s, (For, While)))
+        if not in_loop:
+            out.append(s)
+        elif _is_temporary(fn, s, uses):
+            held.append(s)
+            continue
+        else:
+            for t in held:
+                fresh = _fresh_after(t, fresh)
+            fused = _with_temporaries(fn, s, held, uses, own | fresh)
+            out.extend(fused or _emitted(fn, held, own | fresh) + (_as_loop(fn, s, own | fresh) or [s]))
+            held = []
         fresh = _fresh_after(s, fresh)
+    out.extend(_emitted(fn, held, own | fresh))
     stmts[:] = out
+
+
+def _uses(fn):
+    """How many statements of `fn` read each name (the outputs count as one), and how many bind it."""
+    read, bound = Counter(), Counter()
+    for s in walk(fn.body):
+        read.update(reads(s))
+        bound.update(defines(s))
+    for o in fn.outputs:
+        read.update(names_in(o))
+    return read, bound
+
+
+def _is_temporary(fn, s, uses):
+    """An array made by one elementwise operation and bound nowhere else: perhaps a temporary only the
+    statements after it read."""
+    read, bound = uses
+    return isinstance(s, Assign) and _operates(s.value) and _maybe_float_array(fn.types.get(s.target)) \
+        and bound[s.target] == 1 and read[s.target] >= 1 and s.target not in names_in(s.value)
+
+
+def _emitted(fn, held, own):
+    """Held temporaries, each a loop of its own after all."""
+    return [x for t in held for x in (_as_loop(fn, t, own) or [t])]
+
+
+def _with_temporaries(fn, s, held, uses, own):
+    """`s` as one loop into which the held temporaries go, each read of one becoming its value; None
+    unless they are read nowhere else and `s` becomes a loop."""
+    if not held or not isinstance(s, (Assign, Store, Accumulate)):
+        return None
+    read, _ = uses
+    names = {t.target for t in held}
+    inside = Counter(n for x in held + [s] for n in reads(x) if n in names)
+    if inside != {n: read[n] for n in names} or names & set().union(*map(names_in, _places(s))):
+        return None
+    value = {}
+    for t in held:
+        value[t.target] = substitute(t.value, value)
+    merged = copy(s)
+    merged.value = substitute(s.value, value)
+    return _as_loop(fn, merged, own)
+
+
+def _places(s):
+    """The expressions of `s` that say where it writes (not what)."""
+    if isinstance(s, Store):
+        return [Name(s.array), *s.index]
+    if isinstance(s, Accumulate):
+        return [s.target]
+    return []
 
 
 def _fresh_after(s, fresh):
@@ -224,7 +293,7 @@ class _Nest:
             self.fn.types.setdefault(name, nt.Array(nt.float64, rank, "C"))
         index = self._index(rank)
         make = Assign(out, Call("np.empty", (Tuple(tuple(shape)), _FLOAT64)), self.s.origin)
-        loop = _loop(index, shape, [Store(out, index, self.element(self.s.value, index), self.s.origin)])
+        loop = _loop(index, shape, self._once(Store(out, index, self.element(self.s.value, index), self.s.origin)))
         done = [Assign(target, Name(out), self.s.origin)] if out != target else []
         return self._guarded(shape, [make, loop] + done, skip=full[0])
 
@@ -243,7 +312,7 @@ class _Nest:
         value = self.element(self.s.value, index)
         write = Accumulate(Subscript(Name(view), index), value, origin=self.s.origin) if add else \
             Store(view, index, value, self.s.origin)
-        return self._guarded(shape, [_loop(index, shape, [write])], skip=region)
+        return self._guarded(shape, [_loop(index, shape, self._once(write))], skip=region)
 
     def summed(self, value):
         """`target += np.sum(value)` as a loop adding into a scalar, then one addition."""
@@ -256,9 +325,25 @@ class _Nest:
         self.fn.types[total] = nt.float64
         index = self._index(rank)
         body = [Assign(total, Const(0.0), self.s.origin),
-                _loop(index, shape, [Accumulate(Name(total), self.element(value, index), origin=self.s.origin)]),
+                _loop(index, shape, self._once(Accumulate(Name(total), self.element(value, index),
+                                                          origin=self.s.origin))),
                 Accumulate(self.s.target, Name(total), origin=self.s.origin)]
         return self._guarded(shape, body, skip=full[0])
+
+    def _once(self, write):
+        """The loop's body: `write`, a function of an element that it calls more than once (a formula's
+        repeated factor: `np.exp(-g[e])` in the adjoint of a sigmoid) computed once before it."""
+        body = []
+        while True:
+            counts = Counter(x for x in subexpressions(write.value) if isinstance(x, Call) and x.fn in ELEMENTWISE)
+            repeated = [x for x, n in counts.items() if n > 1]
+            if not repeated:
+                return body + [write]
+            call = min(repeated, key=lambda x: sum(1 for _ in subexpressions(x)))
+            name = self.fn.names.fresh(call.fn.rsplit(".", 1)[-1] + "_here")
+            self.fn.types[name] = nt.float64
+            body.append(Assign(name, call, write.origin))
+            write.value = rebuild(write.value, lambda x, call=call, name=name: Name(name) if x == call else x)
 
     def element(self, e, index):
         """`e` at one element of the result (`index`: the loop variables, one per axis of the result)."""
