@@ -3,6 +3,7 @@ compiled has the loops; the gradients agree with finite differences at first and
 for bit with the same functions compiled as NumPy operations (a target whose policy leaves them); a
 broadcast the loop cannot take runs the statement as written, error included."""
 import dataclasses
+import math
 
 import numba
 import numpy as np
@@ -201,3 +202,24 @@ def test_a_temporary_read_elsewhere_stays_an_array():
     assert "tmp" not in fused and "exp_here = np.exp(-v[e])" in fused and "d[e] += exp_here * (exp_here + 1.0)" in fused
     kept = function_text(loop_elementwise(_block_with(_temporary_then_use(), [Name("d"), Name("tmp")])))
     assert "tmp[e] = np.exp(-v[e])" in kept and "d[e2] += tmp[e2] * (tmp[e2] + 1.0)" in kept, kept
+
+
+def tanh_products(a, b):
+    """`math.tanh(a[i])` (and `np.tanh(c)` of arrays) read by the adjoint's statements for both factors
+    of a product: computed once for both."""
+    total = 0.0
+    c = b * 1.0
+    for i in range(a.shape[0]):
+        total += math.tanh(a[i]) * b[i]
+        c = np.tanh(c) * a[: c.shape[0]] + 0.1
+    return total + np.sum(c)
+
+
+def test_a_mathematical_function_two_statements_read_is_computed_once():
+    a, b = rng.uniform(-1.0, 1.0, 6), rng.uniform(-1.0, 1.0, 6)
+    _, adjoint, _ = _sources(tanh_products, (a, b))
+    code = [line for line in adjoint.splitlines() if not line.strip().startswith("#")]
+    assert sum("math.tanh(" in line for line in code) == 1, adjoint
+    assert sum("np.tanh(c[" in line for line in code) == 1, adjoint
+    check_function(ad.function(tanh_products), (a, b), (0, 1))
+    second_order_check(tanh_products, (a, b), (True, True))

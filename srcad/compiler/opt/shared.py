@@ -4,8 +4,9 @@ A derivative rule is a formula in which a factor appears several times: the adjo
 `q, r = np.linalg.qr(a)` reads R's square block five times, that of `np.linalg.pinv` the
 pseudo-inverse six. Printed as written, each occurrence would factorise the matrix again
 (and the line would be unreadable). Here each call or operator that a statement evaluates
-twice or more is bound to a temporary just before the statement, innermost first, and a later
-statement of the same block reads that temporary while nothing it was computed from has changed:
+twice or more is bound to a temporary just before the statement, innermost first, and so is a
+mathematical function (`np.tanh(c)`) that a later statement evaluates too; a later statement of
+the same block reads that temporary while nothing it was computed from has changed:
 
     d_a += (g + qr_q(a) @ m) @ np.transpose(np.linalg.inv(qr_r(a)[:, :k])) ... qr_q(a) ...
 
@@ -25,7 +26,8 @@ from numba.core import types as nt
 
 from ..ir import Accumulate, Assign, BinOp, Call, Compare, Name, Store, Subscript, Tuple, UnaryOp
 from ..ir.facts import Reverse
-from ..ir.visit import all_blocks, children, map_exprs, names_in, rebuild, written_array
+from ..ir.visit import all_blocks, children, map_exprs, names_in, rebuild, subexpressions, written_array
+from .elementwise import ELEMENTWISE
 
 _ALLOCATIONS = frozenset("""np.zeros np.ones np.empty np.full np.zeros_like np.ones_like np.empty_like np.full_like
     np.copy np.array np.asarray np.eye np.identity np.arange np.linspace""".split())
@@ -36,16 +38,50 @@ def compute_repeats_once(fn):
     later statement of the same block reads the temporary too while nothing it reads can have changed."""
     for block in all_blocks(fn.body):
         out, known = [], {}
-        for s in block:
+        for k, s in enumerate(block):
             if isinstance(s, (Assign, Store, Accumulate)):
                 _rewrite_values(s, lambda x: rebuild(x, lambda y: Name(known[y]) if y in known else y))
-                made = _hoisted(fn, s)
+                made = _hoisted(fn, s) + _hoisted_for_later(fn, block, k)
                 known.update((a.value, a.target) for a in made)
                 out.extend(made)
             out.append(s)
             known = _still_known(fn, s, known)
         block[:] = out
     return fn
+
+
+def _hoisted_for_later(fn, block, k):
+    """The assignments of temporaries for the calls of mathematical functions that statement `k` of
+    `block` and a later one both evaluate, nothing they read changed in between (`s` rewritten to read
+    them): the adjoint of `x = sig * np.tanh(c)` reads `np.tanh(c)` in the statement for `sig` and in
+    the one for `c`."""
+    s, made = block[k], []
+    calls = {e for v in _values(s) for e in subexpressions(v) if isinstance(e, Call) and _mathematical(e.fn)}
+    for e in sorted(calls, key=_size):
+        if not any(e in set(subexpressions(v)) for v in _values(s)):     # (inside one hoisted already)
+            continue
+        if _read_later(fn, block, k, e):
+            name = fn.names.fresh(_name_of(e))
+            made.append(Assign(name, e, origin=s.origin))
+            _rewrite_values(s, lambda x, e=e, name=name: rebuild(x, lambda y: Name(name) if y == e else y))
+    return made
+
+
+def _mathematical(name):
+    """A function of numbers, element by element (its value depends on its arguments only)."""
+    return name.startswith("math.") or name in ELEMENTWISE
+
+
+def _read_later(fn, block, k, e):
+    """Does a statement after `block[k]` evaluate `e` while nothing `e` reads has changed?"""
+    known = _still_known(fn, block[k], {e: None})
+    for later in block[k + 1:]:
+        if not known:
+            return False
+        if isinstance(later, (Assign, Store, Accumulate)) and any(e in set(subexpressions(v)) for v in _values(later)):
+            return True
+        known = _still_known(fn, later, known)
+    return False
 
 
 def _still_known(fn, s, known):
@@ -124,7 +160,8 @@ def _name_of(e):
     """`qr_r_of_a` for `qr_r(a)`, `shared` for an operator."""
     if isinstance(e, Call):
         short = e.fn.rsplit(".", 1)[-1]
-        names = [a.id for a in e.args if isinstance(a, Name)]
+        names = [a.id if isinstance(a, Name) else a.base.id for a in e.args
+                 if isinstance(a, Name) or isinstance(a, Subscript) and isinstance(a.base, Name)]
         return f"{short}_of_{'_'.join(names)}" if names else short
     if isinstance(e, Subscript) and isinstance(e.base, Call):
         return _name_of(e.base) + "_part"
