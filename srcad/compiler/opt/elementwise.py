@@ -40,10 +40,13 @@ from .first_writes import NEW_ARRAYS, arrays_held_elsewhere, held_after, viewed_
 
 ARITHMETIC = frozenset({"+", "-", "*", "/", "**"})
 
+# functions of an element that cost a call of the maths library each: worth computing once
+TRANSCENDENTAL = frozenset({"np.exp", "np.log", "np.tanh", "np.sin", "np.cos", "np.tan", "np.log1p", "np.expm1",
+                            "np.sinh", "np.cosh", "np.arctan", "np.arcsin", "np.arccos"})
+
 # functions that act element by element, and whose scalar form gives what their array form gives
-ELEMENTWISE = frozenset({
-    "np.exp", "np.log", "np.tanh", "np.sin", "np.cos", "np.tan", "np.sqrt", "np.abs", "np.square", "np.log1p",
-    "np.expm1", "np.sinh", "np.cosh", "np.arctan", "np.arcsin", "np.arccos", "np.negative",
+ELEMENTWISE = TRANSCENDENTAL | frozenset({
+    "np.sqrt", "np.abs", "np.square", "np.negative",
     "srcad.cotangent_times", "srcad.finite_or_zero", "srcad.log_or_zero", "srcad.reciprocal_or_zero",
     "srcad.power_slope",
 })

@@ -27,7 +27,7 @@ from numba.core import types as nt
 from ..ir import Accumulate, Assign, BinOp, Call, Compare, Name, Store, Subscript, Tuple, UnaryOp
 from ..ir.facts import Reverse
 from ..ir.visit import all_blocks, children, map_exprs, names_in, rebuild, subexpressions, written_array
-from .elementwise import ELEMENTWISE
+from .elementwise import TRANSCENDENTAL
 
 _ALLOCATIONS = frozenset("""np.zeros np.ones np.empty np.full np.zeros_like np.ones_like np.empty_like np.full_like
     np.copy np.array np.asarray np.eye np.identity np.arange np.linspace""".split())
@@ -68,8 +68,9 @@ def _hoisted_for_later(fn, block, k):
 
 
 def _mathematical(name):
-    """A function of numbers, element by element (its value depends on its arguments only)."""
-    return name.startswith("math.") or name in ELEMENTWISE
+    """A function of numbers that costs a call of the maths library (on arrays, one per element: more than
+    the temporary the statements then share)."""
+    return name.startswith("math.") or name in TRANSCENDENTAL
 
 
 def _read_later(fn, block, k, e):
