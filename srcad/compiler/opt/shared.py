@@ -55,16 +55,10 @@ def _hoisted_for_later(fn, block, k):
     `block` and a later one both evaluate, nothing they read changed in between (`s` rewritten to read
     them): the adjoint of `x = sig * np.tanh(c)` reads `np.tanh(c)` in the statement for `sig` and in
     the one for `c`."""
-    s, made = block[k], []
+    s = block[k]
     calls = {e for v in _values(s) for e in subexpressions(v) if isinstance(e, Call) and _mathematical(e.fn)}
-    for e in sorted(calls, key=_size):
-        if not any(e in set(subexpressions(v)) for v in _values(s)):     # (inside one hoisted already)
-            continue
-        if _read_later(fn, block, k, e):
-            name = fn.names.fresh(_name_of(e))
-            made.append(Assign(name, e, origin=s.origin))
-            _rewrite_values(s, lambda x, e=e, name=name: rebuild(x, lambda y: Name(name) if y == e else y))
-    return made
+    # (smallest first; one inside a call bound already is no longer in `s`)
+    return [_bound(fn, s, e) for e in sorted(calls, key=_size) if _evaluates(s, e) and _read_later(fn, block, k, e)]
 
 
 def _mathematical(name):
@@ -79,10 +73,14 @@ def _read_later(fn, block, k, e):
     for later in block[k + 1:]:
         if not known:
             return False
-        if isinstance(later, (Assign, Store, Accumulate)) and any(e in set(subexpressions(v)) for v in _values(later)):
+        if isinstance(later, (Assign, Store, Accumulate)) and _evaluates(later, e):
             return True
         known = _still_known(fn, later, known)
     return False
+
+
+def _evaluates(s, e):
+    return any(x == e for v in _values(s) for x in subexpressions(v))
 
 
 def _still_known(fn, s, known):
@@ -108,10 +106,14 @@ def _hoisted(fn, s):
         repeated = _repeated(_values(s))
         if not repeated:
             return made
-        e = min(repeated, key=_size)
-        name = fn.names.fresh(_name_of(e))
-        made.append(Assign(name, e, origin=s.origin))
-        _rewrite_values(s, lambda x, e=e, name=name: rebuild(x, lambda y: Name(name) if y == e else y))
+        made.append(_bound(fn, s, min(repeated, key=_size)))
+
+
+def _bound(fn, s, e):
+    """The assignment of `e` to a new temporary, `s` rewritten to read it."""
+    name = fn.names.fresh(_name_of(e))
+    _rewrite_values(s, lambda x: rebuild(x, lambda y: Name(name) if y == e else y))
+    return Assign(name, e, origin=s.origin)
 
 
 def _values(s):
