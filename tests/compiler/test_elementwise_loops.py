@@ -223,3 +223,21 @@ def test_a_mathematical_function_two_statements_read_is_computed_once():
     assert sum("np.tanh(c[" in line for line in code) == 1, adjoint
     check_function(ad.function(tanh_products), (a, b), (0, 1))
     second_order_check(tanh_products, (a, b), (True, True))
+
+
+def written_after_the_same_value(x, A):
+    """Two names bound to the same value (`np.exp(x)`, `np.linalg.inv(A)`), one written afterwards: each
+    keeps an array of its own. (Shared as one temporary, the forward under a tape returned 7.71 for 8.82.)"""
+    a = np.exp(x)
+    b = np.exp(x)
+    b[0] = 0.0
+    P = np.linalg.inv(A)
+    Q = np.linalg.inv(A)
+    Q[0, 1] = 0.0
+    return np.sum(a) + 2.0 * np.sum(b) + np.sum(P * P) + 3.0 * np.sum(Q)
+
+
+def test_names_bound_to_one_value_and_written_keep_arrays_of_their_own():
+    x, A = rng.uniform(-1.0, 1.0, 3), np.eye(3) * 2.0 + rng.uniform(-0.3, 0.3, (3, 3))
+    check_function(ad.function(written_after_the_same_value), (x, A), (0, 1))
+    second_order_check(written_after_the_same_value, (x, A), (True, True))

@@ -676,6 +676,23 @@ def test_eigen_decomposition_of_a_symmetric_matrix():
     np.testing.assert_allclose(ad.function(spectra)(S).numpy(), njit(spectra)(S), rtol=1e-12)
 
 
+def test_a_factorisation_the_second_order_adjoint_reads_in_several_statements_is_computed_once_each_way():
+    """The gradient function of `spectra` reads eigh(S) in six statements; its adjoint (second order: the
+    values are the test above's) factorised S in each of the statements differentiating them, between
+    matrix products written into the adjoint's own arrays (`matmul_into`). Now once in the forward (its
+    primal part names it `v`), once in each adjoint (plain and guarded)."""
+    from srcad.compiler.derived import gradient_of
+
+    S = np.eye(4)
+    transformed = transform(spectra, (ARR2,), (True,))
+    grad_fn = gradient_of(transformed, (ARR2, F64), (True, False))
+    for kind in ("forward", "adjoint"):
+        code = [line for line in grad_fn.source(kind).splitlines() if not line.strip().startswith("#")]
+        assert sum("eigenvectors(S)" in line for line in code) == 1, grad_fn.source(kind)
+        assert sum("np.linalg.eigvalsh(S)" in line for line in code) <= 2, grad_fn.source(kind)
+    assert grad_fn.primal(S, 1.0)[0].shape == S.shape
+
+
 def test_singular_values_and_the_refusal_of_singular_vectors():
     for shape in ((3, 5), (5, 3), (4, 4)):
         M = rng.normal(size=shape)

@@ -30,6 +30,7 @@ from ...cuda import device, launch
 from ..ad.parallel import disjoint, serial_where_unsafe, width
 from ..ad.saving import Policy, Unsized, save_sizes
 from ..errors import TransformError
+from ..front.bounds import INDEX_CHECKS
 from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Const, Effect, For, Global, If, Name, Pop, Push,
                   Reserve, Store, Subscript, Tuple, While)
 from ..ir.printer import Printer, Writer, expr_text
@@ -166,7 +167,7 @@ class _Kernel:
                         if p in self.cells or p not in scratch and any(written_array(t) == p for t in walk(body))]
         self.own = {a for a in {written_array(t) for t in walk(body)} - {None} if disjoint(body, a, loop.var, width(fn, loop))}
         taken = set(self.params) | assigned(body) | {loop.var}
-        checks = any(isinstance(t, Effect) and t.call.fn in _CHECKS for t in walk(body))
+        checks = any(isinstance(t, Effect) and t.call.fn in INDEX_CHECKS for t in walk(body))
         self.errors = [_fresh("errors", taken)] if checks else []     # the error record, where there are checks
         self.count = _fresh("count", taken)
         self.index = _fresh("index", taken)
@@ -195,7 +196,6 @@ class _Kernel:
         return f"{name}_cell"
 
 
-_CHECKS = ("srcad.check_index", "srcad.check_loop_index")
 _ALLOCATIONS = ("np.zeros", "np.zeros_like", "np.empty", "np.empty_like", "np.ones", "np.copy")
 
 

@@ -26,6 +26,9 @@ from ..ir.forms import is_shape_entry
 from ..ir.visit import assigned, blocks, own_exprs, subexpressions
 from .lower import folded
 
+# the calls the checks are made of: they read the array and the index, write nothing, and raise where out of range
+INDEX_CHECKS = frozenset({"srcad.check_index", "srcad.check_loop_index"})
+
 
 def insert_index_checks(fn):
     """Add index checks to `fn`, in place; the sites go on its `Bounds` facts."""

@@ -5,8 +5,10 @@ A derivative rule is a formula in which a factor appears several times: the adjo
 pseudo-inverse six. Printed as written, each occurrence would factorise the matrix again
 (and the line would be unreadable). Here each call or operator that a statement evaluates
 twice or more is bound to a temporary just before the statement, innermost first, and so is a
-mathematical function (`np.tanh(c)`) that a later statement evaluates too; a later statement of
-the same block reads that temporary while nothing it was computed from has changed:
+mathematical function (`np.tanh(c)`) or a factorisation (`np.linalg.inv(a)`, `eigenvectors(s)`)
+that a later statement evaluates too; a later statement of the same block reads that temporary
+while nothing it was computed from has changed. (The adjoint of a gradient function that reads
+one `np.linalg.eigh(s)` in six statements factorised `s` twelve times; now twice.)
 
     d_a += (g + qr_q(a) @ m) @ np.transpose(np.linalg.inv(qr_r(a)[:, :k])) ... qr_q(a) ...
 
@@ -24,11 +26,17 @@ from collections import Counter
 
 from numba.core import types as nt
 
-from ..ir import Accumulate, Assign, BinOp, Call, Compare, Name, Store, Subscript, Tuple, UnaryOp
+from ..front.bounds import INDEX_CHECKS
+from ..ir import Accumulate, Assign, BinOp, Call, Compare, Effect, Name, Push, Store, Subscript, Tuple, UnaryOp
 from ..ir.facts import Reverse
-from ..ir.visit import all_blocks, children, map_exprs, names_in, rebuild, subexpressions, written_array
+from ..ir.visit import all_blocks, children, map_exprs, names_in, rebuild, subexpressions, walk, written_array
 from .elementwise import TRANSCENDENTAL
+from .first_writes import KEEPS_NOTHING, NEW_ARRAYS, arrays_held_elsewhere, viewed_arrays, viewed_by
 
+# srcad's parts of np.linalg's decompositions (runtime.py), each a factorisation of its own
+_FACTORISATIONS = frozenset("""srcad.det_sign srcad.log_abs_det srcad.eigenvectors srcad.left_singular_vectors
+    srcad.singular_values srcad.right_singular_vectors srcad.real_eigenvalues srcad.right_eigenvectors srcad.qr_q
+    srcad.qr_r srcad.least_squares srcad.least_squares_rank srcad.least_squares_singular_values""".split())
 _ALLOCATIONS = frozenset("""np.zeros np.ones np.empty np.full np.zeros_like np.ones_like np.empty_like np.full_like
     np.copy np.array np.asarray np.eye np.identity np.arange np.linspace""".split())
 
@@ -36,46 +44,100 @@ _ALLOCATIONS = frozenset("""np.zeros np.ones np.empty np.full np.zeros_like np.o
 def compute_repeats_once(fn):
     """Bind, in place, each subexpression a statement of `fn` evaluates twice or more to a temporary; a
     later statement of the same block reads the temporary too while nothing it reads can have changed."""
+    own, written = _own_arrays(fn), _written_in_place(fn)
     for block in all_blocks(fn.body):
-        out, known = [], {}
+        out, known, shared = [], {}, set()
         for k, s in enumerate(block):
             if isinstance(s, (Assign, Store, Accumulate)):
+                as_written = s.value
                 _rewrite_values(s, lambda x: rebuild(x, lambda y: Name(known[y]) if y in known else y))
-                made = _hoisted(fn, s) + _hoisted_for_later(fn, block, k)
+                made = _hoisted(fn, s) + _hoisted_for_later(fn, own, block, k)
                 known.update((a.value, a.target) for a in made)
+                shared.update(a.target for a in made if not _is_number(a.value))
+                if isinstance(s, Assign) and s.target in written and viewed_by(s.value) & shared:
+                    s.value = as_written
                 out.extend(made)
             out.append(s)
-            known = _still_known(fn, s, known)
+            known = _still_known(fn, own, s, known)
+            if _names_a_costly_value(s, written):         # `v = eigenvectors(s)`: later statements read `v`
+                known[s.value] = s.target
+                shared.add(s.target)
         block[:] = out
     return fn
 
 
-def _hoisted_for_later(fn, block, k):
-    """The assignments of temporaries for the calls of mathematical functions that statement `k` of
-    `block` and a later one both evaluate, nothing they read changed in between (`s` rewritten to read
-    them): the adjoint of `x = sig * np.tanh(c)` reads `np.tanh(c)` in the statement for `sig` and in
-    the one for `c`."""
+def _names_a_costly_value(s, written):
+    return isinstance(s, Assign) and isinstance(s.value, Call) and _costly(s.value.fn) \
+        and s.target not in written and s.target not in names_in(s.value)
+
+
+def _written_in_place(fn):
+    """The names whose memory `fn` writes into, itself or through a name bound to a view of it, or saves
+    on a stack. One of them bound to a temporary others read (`b = np.exp(x); b[0] = 0` after
+    `a = np.exp(x)`) would change what they read: such an assignment keeps a value of its own."""
+    out = set()
+    for s in walk(fn.body):
+        out |= {written_array(s)} - {None}
+        if isinstance(s, Accumulate) and isinstance(s.target, Name) \
+                and not isinstance(fn.types.get(s.target.id), (nt.Number, nt.Boolean)):
+            out.add(s.target.id)
+        elif isinstance(s, Effect) and s.call.fn not in INDEX_CHECKS:
+            out |= names_in(s.call.args[0]) if s.call.fn in KEEPS_NOTHING and s.call.args else names_in(s.call)
+        elif isinstance(s, Push) and isinstance(s.value, Name):
+            out.add(s.value.id)
+    views = [(s.target, viewed_by(s.value)) for s in walk(fn.body) if isinstance(s, Assign)]
+    grew = True
+    while grew:
+        grew = False
+        for name, bases in views:
+            if name in out and not bases <= out:
+                out |= bases
+                grew = True
+    return out
+
+
+def _is_number(e):
+    return isinstance(e, Call) and e.fn.startswith("math.")
+
+
+def _own_arrays(fn):
+    """The adjoint's arrays, and arrays `fn` makes that no other name views or holds: a write into one
+    changes only what reads it by name."""
+    private = fn.facts.of(Reverse).adjoints if fn.facts.has(Reverse) else set()
+    made = {s.target for s in walk(fn.body) if isinstance(s, Assign) and isinstance(s.value, Call)
+            and s.value.fn in NEW_ARRAYS}
+    others = {s.target for s in walk(fn.body) if isinstance(s, Assign) and s.target in made
+              and not (isinstance(s.value, Call) and s.value.fn in NEW_ARRAYS)}
+    return set(private) | (made - others - set(fn.params) - arrays_held_elsewhere(fn) - viewed_arrays(fn))
+
+
+def _hoisted_for_later(fn, own, block, k):
+    """The assignments of temporaries for the costly calls (`_costly`) that statement `k` of `block` and a
+    later one both evaluate, nothing they read changed in between (`s` rewritten to read them): the
+    adjoint of `x = sig * np.tanh(c)` reads `np.tanh(c)` in the statement for `sig` and in the one for
+    `c`."""
     s = block[k]
-    calls = {e for v in _values(s) for e in subexpressions(v) if isinstance(e, Call) and _mathematical(e.fn)}
+    calls = {e for v in _values(s) for e in subexpressions(v) if isinstance(e, Call) and _costly(e.fn)}
     # (smallest first; one inside a call bound already is no longer in `s`)
-    return [_bound(fn, s, e) for e in sorted(calls, key=_size) if _evaluates(s, e) and _read_later(fn, block, k, e)]
+    return [_bound(fn, s, e) for e in sorted(calls, key=_size)
+            if _evaluates(s, e) and _read_later(fn, own, block, k, e)]
 
 
-def _mathematical(name):
+def _costly(name):
     """A function of numbers that costs a call of the maths library (on arrays, one per element: more than
-    the temporary the statements then share)."""
-    return name.startswith("math.") or name in TRANSCENDENTAL
+    the temporary the statements then share), or a factorisation of a matrix (cubic in its size)."""
+    return name.startswith(("math.", "np.linalg.")) or name in TRANSCENDENTAL or name in _FACTORISATIONS
 
 
-def _read_later(fn, block, k, e):
+def _read_later(fn, own, block, k, e):
     """Does a statement after `block[k]` evaluate `e` while nothing `e` reads has changed?"""
-    known = _still_known(fn, block[k], {e: None})
+    known = _still_known(fn, own, block[k], {e: None})
     for later in block[k + 1:]:
         if not known:
             return False
         if isinstance(later, (Assign, Store, Accumulate)) and _evaluates(later, e):
             return True
-        known = _still_known(fn, later, known)
+        known = _still_known(fn, own, later, known)
     return False
 
 
@@ -83,20 +145,25 @@ def _evaluates(s, e):
     return any(x == e for v in _values(s) for x in subexpressions(v))
 
 
-def _still_known(fn, s, known):
-    """What `known` still holds after `s`: a name it binds, or an adjoint's own array it writes into (which
-    shares memory with nothing), drops what reads it; another write into memory drops all."""
-    private = fn.facts.of(Reverse).adjoints if fn.facts.has(Reverse) else set()
+def _still_known(fn, private, s, known):
+    """What `known` still holds after `s`: a name it binds, or an array of `private` it writes into (which
+    shares memory with nothing; `sum_into(d_a, ...)` and `matmul_into(d_a, ...)` write their first argument
+    only), drops what reads it; another write into memory drops all."""
     target = s.target.id if isinstance(s, Accumulate) and isinstance(s.target, Name) else None
+    into = s.call.args[0] if isinstance(s, Effect) and s.call.fn in KEEPS_NOTHING and s.call.args else None
+    if isinstance(s, Effect) and s.call.fn in INDEX_CHECKS:
+        return known
     if isinstance(s, Assign):
         changed = s.target
     elif target is not None and (target in private or isinstance(fn.types.get(target), nt.Number)):
         changed = target
     elif written_array(s) in private:
         changed = written_array(s)
+    elif isinstance(into, Name) and into.id in private:
+        changed = into.id
     else:
         return {}
-    return {e: n for e, n in known.items() if changed not in names_in(e)}
+    return {e: n for e, n in known.items() if changed not in names_in(e) and n != changed}
 
 
 def _hoisted(fn, s):
