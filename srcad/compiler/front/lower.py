@@ -26,7 +26,7 @@ from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Compare, Const, Ef
 from ..ir.facts import Lowered
 from ..ir.forms import is_atom, is_shape_entry, is_tree
 from ..ir.visit import names_in
-from . import numpy_in_python
+from . import einsum, numpy_in_python
 from .parse import FuncInfo, all_names, canonical_callable, is_stop_gradient, load, loop_kind, resolve, unwrap
 from .rules_of_functions import rule_of
 
@@ -59,7 +59,7 @@ WRITTEN_AS = {"np.ptp": "peak_to_peak", "np.ediff1d": "differences_of_flat", "np
               "np.correlate": "correlation", "np.vander": "vandermonde", "np.linalg.slogdet": "sign_and_log_det",
               "np.linalg.eigh": "eigenvalues_and_vectors", "np.linalg.svd": "singular_value_decomposition",
               "np.linalg.qr": "q_and_r", "np.linalg.lstsq": "least_squares", "np.linalg.eig": "general_eigen",
-              "np.linalg.eigvals": "general_eigenvalues"}
+              "np.linalg.eigvals": "general_eigenvalues", "np.einsum": "contraction"}
 # NumPy functions written in Python (`numpy_in_python`), inlined where called like a user's helper
 WRITTEN_IN_PYTHON = {f"np.{name}": getattr(numpy_in_python, name) for name in (
     "interp", "percentile", "nanpercentile", "quantile", "nanquantile", "cov", "corrcoef")} | \
@@ -1240,6 +1240,23 @@ class _Lowerer:
         return self.in_parts(args, kws, (("srcad.least_squares", "x"), ("srcad.least_squares_residuals", "residuals"),
                                          ("srcad.least_squares_rank", "rank"),
                                          ("srcad.least_squares_singular_values", "s")), counts=(2, 3))
+
+    def contraction(self, args, kws):
+        """`np.einsum(subscripts, *operands)` as matrix products, sums and broadcast products (`einsum.py`);
+        `optimize=` is accepted and has no effect (the order of the products is einsum.py's)."""
+        if not args or set(dict(kws)) - {"optimize"}:
+            return None
+        spec = self.constant_of(args[0])
+        spec = self.static_value(args[0]) if spec is None else spec
+        if not isinstance(spec, str):
+            raise self.err(args[0], "np.einsum with subscripts that are not a constant string",
+                           "write them in the call, np.einsum('ij,jk->ik', a, b), or as a module constant")
+        try:
+            terms, output = einsum.parse(spec, len(args) - 1)
+        except einsum.Refused as refused:
+            raise self.err(args[0], *refused.args) from None
+        operands = [self.named(self.atom(a)) for a in args[1:]]
+        return einsum.contraction(terms, output, operands, self.temp)
 
     def running_product(self, args, kws):
         """`np.cumprod(x)`: the running product of the flattened array, as the loop it is (its derivative
