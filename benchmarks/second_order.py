@@ -10,6 +10,10 @@ each once, in turn), medians reported as ratios:
   (``ad.hvp``, forward over reverse) and full 4x4 Hessian (``ad.hessian``); JAX's
   ``jit(grad)``, ``jit(hvp)`` (jvp of grad) and ``jit(hessian)`` of the
   ``lax.fori_loop`` version. Targets: hvp <= 5x srcad's gradient, Hessian <= 20x the primal.
+* A spectral objective of a symmetric matrix (``np.linalg.eigh``: eigenvalues and eigenvectors) of
+  an n x n matrix: srcad's gradient, its Hessian-vector product by ``ad.hvp`` and by nested tapes
+  (the adjoint of the gradient function, where the eigen-decomposition is read in many statements),
+  and JAX's ``jit(grad)`` and ``jit(hvp)``.
 * ``jacobian`` of a compiled R^n -> R^m function (a loop of m outputs mixing n
   inputs) by a tape, in units of one sweep of the mode it picks (``ad.jvp`` where
   n < m, else ``ad.vjp`` applied once): target at most 1.5 x min(n, m) sweeps;
@@ -49,6 +53,61 @@ def mixing(x, m):
             s += np.sin(x[i] * (k + 1)) * x[(i + k) % n]
         out[k] = s
     return out
+
+
+@ad.function
+def spectral(A, W):
+    """Squared eigenvalues and squared eigenvector entries (sign-free) of the symmetric A + A^T, weighted."""
+    w, v = np.linalg.eigh(A + A.T)
+    return np.sum(w * w * W[0]) + np.sum(v * v * W)
+
+
+def jax_spectral(W):
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return None
+    jax.config.update("jax_enable_x64", True)
+
+    def loss(A):
+        w, v = jnp.linalg.eigh(A + A.T)
+        return jnp.sum(w * w * W[0]) + jnp.sum(v * v * W)
+    grad = jax.jit(jax.grad(loss))
+    hvp = jax.jit(lambda A, V: jax.jvp(jax.grad(loss), (A,), (V,))[1])
+    return {"jax jit(grad)": lambda A: np.asarray(grad(jnp.asarray(A)).block_until_ready()),
+            "jax jit(hvp)": lambda A, V: np.asarray(hvp(jnp.asarray(A), jnp.asarray(V)).block_until_ready())}
+
+
+def spectral_case(n, reps):
+    rng = np.random.default_rng(0)
+    A, W, V = rng.normal(size=(n, n)), rng.normal(size=(n, n)), rng.normal(size=(n, n))
+
+    def f(a):
+        return spectral(a, W)
+
+    def nested():
+        x = ad.Variable(A)
+        with ad.GradientTape() as outer:
+            with ad.GradientTape() as inner:
+                y = spectral(x, W)
+            g = inner.gradient(y, x)
+            gv = np.sum(g * V)
+        return outer.gradient(gv, x).numpy()
+    grad, hvp = ad.grad(f)(A), ad.hvp(f, A, V)
+    np.testing.assert_allclose(nested(), hvp, rtol=1e-8, atol=1e-8 * np.abs(hvp).max())
+    variants = {"srcad grad": lambda: ad.grad(f)(A), "srcad hvp": lambda: ad.hvp(f, A, V),
+                "srcad nested tapes": nested}
+    peers = jax_spectral(W)
+    if peers is not None:
+        np.testing.assert_allclose(peers["jax jit(grad)"](A), grad, rtol=1e-8, atol=1e-8 * np.abs(grad).max())
+        np.testing.assert_allclose(peers["jax jit(hvp)"](A, V), hvp, rtol=1e-7, atol=1e-7 * np.abs(hvp).max())
+        variants.update({"jax jit(grad)": lambda: peers["jax jit(grad)"](A),
+                         "jax jit(hvp)": lambda: peers["jax jit(hvp)"](A, V)})
+    t = interleaved(variants, reps, block=0.2)
+    print(f"spectral objective (np.linalg.eigh), {n} x {n}: times and ratios (median of {reps})")
+    for name, seconds in t.items():
+        print(f"  {name:18s} {seconds * 1e3:10.3f} ms   {seconds / t['srcad grad']:6.2f}x srcad grad")
 
 
 def jax_rk4(n):
@@ -135,6 +194,7 @@ def main():
     parser.add_argument("--n", type=int, default=10000, help="RK4 steps")
     args = parser.parse_args()
     rk4_case(args.n, args.reps)
+    spectral_case(60, args.reps)
     jacobian_case(4, 300, args.reps)
     jacobian_case(300, 4, args.reps)
 

@@ -21,6 +21,7 @@ from .compiled import COMPILE_LOCK, Checked, plain_first
 from .ir.facts import Bounds
 from .ir.visit import called
 from .opt.cleanup import eliminate_dead_code, fold_constants, simplify
+from .opt.shared import compute_repeats_once
 from .opt.zero_guards import unguarded
 from .pipeline import copy_function
 from .rows import Rows
@@ -81,7 +82,7 @@ def tangent_function(transformed):
 
 def _compile_tangent(transformed):
     backend = transformed.backend
-    fn = copy_function(tangent_function(transformed))
+    fn = compute_repeats_once(copy_function(tangent_function(transformed)))   # (as the adjoint: `opt/shared.py`)
     readable = backend.function_source(copy_function(fn), transformed.name)
     plain = _plain_tangent(fn) if backend.policy.plain_adjoint else None
     functions = [fn] + ([plain] if plain is not None else [])

@@ -43,7 +43,7 @@ from .opt.merged_stacks import merge_stacks
 from .opt.recomputed_saves import recompute_cheap_saves
 from .opt.saved_when_made import save_when_made
 from .opt.elementwise import loop_elementwise
-from .opt.shared import compute_repeats_once
+from .opt.shared import compute_repeats_once, results_handed_on
 from .opt.plain_adjoint import plain_adjoint
 from .opt.zero_guards import version_guarded_stretches
 from .opt.cleanup import (coalesce_copies, drop_restores_of_unchanged, drop_round_trips, drop_unread_saved,
@@ -178,8 +178,9 @@ def _first_writes(program):
 
 
 def _share(program):
-    for fn in (program.forward, *program.adjoints()):
-        compute_repeats_once(fn)
+    compute_repeats_once(program.forward)
+    for fn in program.adjoints():
+        compute_repeats_once(fn, results_handed_on(program.primal, fn))
     return program
 
 

@@ -680,17 +680,47 @@ def test_a_factorisation_the_second_order_adjoint_reads_in_several_statements_is
     """The gradient function of `spectra` reads eigh(S) in six statements; its adjoint (second order: the
     values are the test above's) factorised S in each of the statements differentiating them, between
     matrix products written into the adjoint's own arrays (`matmul_into`). Now once in the forward (its
-    primal part names it `v`), once in each adjoint (plain and guarded)."""
+    primal part names it `v`), and at most once in each adjoint (plain and guarded), which is handed what
+    the forward made."""
     from srcad.compiler.derived import gradient_of
 
     S = np.eye(4)
     transformed = transform(spectra, (ARR2,), (True,))
     grad_fn = gradient_of(transformed, (ARR2, F64), (True, False))
-    for kind in ("forward", "adjoint"):
+    for kind, most in (("forward", 1), ("adjoint", 1), ("plain adjoint", 1)):
         code = [line for line in grad_fn.source(kind).splitlines() if not line.strip().startswith("#")]
-        assert sum("eigenvectors(S)" in line for line in code) == 1, grad_fn.source(kind)
-        assert sum("np.linalg.eigvalsh(S)" in line for line in code) <= 2, grad_fn.source(kind)
+        assert sum("eigenvectors(S)" in line for line in code) <= most, grad_fn.source(kind)
+        assert sum("np.linalg.eigvalsh(S)" in line for line in code) <= 2 * most, grad_fn.source(kind)
     assert grad_fn.primal(S, 1.0)[0].shape == S.shape
+
+
+def spectral_parts(S, W, b):
+    """eigh's values and vectors, and a solve, each read by the adjoint's rules."""
+    w, v = np.linalg.eigh(S)
+    return np.sum(w * w) + np.sum(v * v * W) + np.sum(np.linalg.solve(S + 10.0 * np.eye(4), b) ** 2)
+
+
+def test_the_adjoint_and_the_tangent_read_the_factorisations_the_forward_made():
+    """The adjoint is handed w and v: its rules read them instead of factorising S again (it did twice);
+    the tangent (forward mode, `ad.hvp`'s) factorises once, where it did in each statement."""
+    from srcad.compiler.derived import tangent_of
+
+    S = rng.normal(size=(4, 4))
+    args = (S + S.T, rng.normal(size=(4, 4)), rng.normal(size=4))
+    transformed = transform(spectral_parts, (ARR2, ARR2, ARR), (True, True, True))
+    adjoint = [line for line in transformed.source("adjoint").splitlines() if not line.strip().startswith("#")]
+    assert not any("eigenvectors(S)" in line or "eigvalsh(S)" in line for line in adjoint), transformed.source("adjoint")
+    assert sum("np.linalg.solve(" in line for line in adjoint) == 1, transformed.source("adjoint")  # A^T's only
+    tangent = [line for line in tangent_of(transformed).source.splitlines() if not line.strip().startswith("#")]
+    assert sum("eigenvectors(S)" in line for line in tangent) == 1, tangent_of(transformed).source
+    check_function(ad.function(spectral_parts), args, (0, 1, 2))
+    f = ad.function(spectral_parts)
+    V, h = rng.normal(size=(4, 4)), 1e-5
+
+    def grad(s):
+        return ad.grad(lambda x: f(x, *args[1:]))(s)
+    fd = (grad(args[0] + h * V) - grad(args[0] - h * V)) / (2 * h)
+    np.testing.assert_allclose(ad.hvp(lambda s: f(s, *args[1:]), args[0], V), fd, rtol=1e-5, atol=1e-6)
 
 
 def test_singular_values_and_the_refusal_of_singular_vectors():

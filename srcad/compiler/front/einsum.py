@@ -80,7 +80,7 @@ def _grouped(x, term, groups, temp):
     (a group of one axis, or a vector, as it is)."""
     order = "".join(groups)
     permuted = _permuted(x, term, order, temp)
-    if all(len(g) == 1 for g in groups if g) and sum(1 for g in groups if g) == len(order):
+    if all(len(g) <= 1 for g in groups):
         return permuted
     sizes = tuple(_product_of_extents(x, term, g, temp) for g in groups if g)
     contiguous = temp(Call("np.ascontiguousarray", (permuted,)))
