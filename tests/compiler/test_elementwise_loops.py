@@ -237,7 +237,32 @@ def written_after_the_same_value(x, A):
     return np.sum(a) + 2.0 * np.sum(b) + np.sum(P * P) + 3.0 * np.sum(Q)
 
 
+def written_through_a_view_of_the_same_value(x, A):
+    """The same, written through a view: Numba's flips and `.real` give views. (A second order is refused:
+    the gradient function reads the value the view writes into.)"""
+    d = np.sin(x)
+    c = np.sin(x).real
+    c[1] = 0.0
+    P = np.linalg.inv(A)
+    R = np.flipud(np.linalg.inv(A))
+    R[0, 0] = 0.0
+    return np.sum(c * d) + np.sum(P * P) + 5.0 * np.sum(R)
+
+
+def written_through_a_flip(A):
+    B = np.zeros((3, 3))
+    B[:, :] = A
+    C = np.flipud(B)
+    v = np.linalg.inv(C)
+    B[0:1, :] = 5.0
+    return np.sum(v) + np.sum(np.linalg.inv(C))
+
+
 def test_names_bound_to_one_value_and_written_keep_arrays_of_their_own():
     x, A = rng.uniform(-1.0, 1.0, 3), np.eye(3) * 2.0 + rng.uniform(-0.3, 0.3, (3, 3))
     check_function(ad.function(written_after_the_same_value), (x, A), (0, 1))
     second_order_check(written_after_the_same_value, (x, A), (True, True))
+    check_function(ad.function(written_through_a_view_of_the_same_value), (x, A), (0, 1))
+    with pytest.raises(ad.TransformError, match=r"written_through_a_flip .*`B\[0:1, :\] = 5.0` writes into `B` "
+                                                 r"while `C` .*`C = np.flipud\(B\)`.*which shares its memory"):
+        transform(written_through_a_flip, (numba.float64[:, ::1],), (True,))

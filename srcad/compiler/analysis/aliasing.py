@@ -27,7 +27,8 @@ from .types import index_array
 # `np.ascontiguousarray` and `np.asfortranarray` an array already so laid out (in Numba, a 1-d one either way)
 VIEW_CALLS = frozenset({"srcad.stop_gradient", "np.transpose", "np.asarray", "np.ravel", "np.reshape",
                         "np.ascontiguousarray", "np.asfortranarray", "np.expand_dims", "np.atleast_1d",
-                        "np.atleast_2d", "np.atleast_3d", "srcad.list_room", "srcad.list_rows_room"})
+                        "np.atleast_2d", "np.atleast_3d", "srcad.list_room", "srcad.list_rows_room",
+                        "np.flip", "np.fliplr", "np.flipud", "np.real"})     # (Numba's flips and real: views too)
 
 
 def analyse_aliasing(fn, active_params):
