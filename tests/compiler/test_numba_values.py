@@ -753,11 +753,12 @@ def orthogonal_factors(A, WQ, WR):
 
 
 def test_a_factorisation_in_a_rule_is_computed_once_per_adjoint():
-    """QR's adjoint reads Q and R's square block many times (`opt/shared.py` binds each to a temporary),
-    and its two statements, for Q's and R's cotangents, share them."""
+    """QR's adjoint reads Q and R's square block many times, in its two statements for Q's and R's
+    cotangents: it reads the q and r the forward made (`opt/shared.py`), and factorises A no more."""
     args = (rng.normal(size=(5, 3)), rng.normal(size=(5, 3)), rng.normal(size=(3, 3)))
     adjoint = ad.show_source(ad.function(orthogonal_factors), "adjoint", *args)
-    assert adjoint.count("qr_r(A)") == 1 and adjoint.count("qr_q(A)") == 1
+    assert adjoint.startswith("def orthogonal_factors_adjoint(A, WQ, WR, q, r,"), adjoint
+    assert adjoint.count("qr_r(A)") == 0 and adjoint.count("qr_q(A)") == 0, adjoint
 
 
 def least_squares_fit(A, b):
