@@ -49,7 +49,8 @@ def contraction(terms, output, operands, temp):
         operands[k], terms[k] = _summed(operands[k], term, [c for c in term if c not in others], temp)
     if len(operands) == 1:
         return _permuted(operands[0], terms[0], output, temp)
-    if len(operands) == 2 and not set(terms[0]) & set(terms[1]) & set(output) and set(terms[0]) & set(terms[1]):
+    both = set(terms[0]) & set(terms[1]) if len(operands) == 2 else set()
+    if both and not both & set(output):
         return _matrix_product(terms, output, operands, temp)
     return _broadcast_product(terms, output, operands, temp)
 

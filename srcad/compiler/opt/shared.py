@@ -126,10 +126,8 @@ def _own_arrays(fn):
     changes only what reads it by name."""
     private = fn.facts.of(Reverse).adjoints if fn.facts.has(Reverse) else set()
     made = {s.target for s in walk(fn.body) if isinstance(s, Assign) and isinstance(s.value, Call)
-            and s.value.fn in NEW_ARRAYS}
-    others = {s.target for s in walk(fn.body) if isinstance(s, Assign) and s.target in made
-              and not (isinstance(s.value, Call) and s.value.fn in NEW_ARRAYS)}
-    return set(private) | (made - others - set(fn.params) - arrays_held_elsewhere(fn) - viewed_arrays(fn))
+            and s.value.fn in NEW_ARRAYS}           # (a name also bound to another value is held elsewhere)
+    return set(private) | (made - set(fn.params) - arrays_held_elsewhere(fn) - viewed_arrays(fn))
 
 
 def _hoisted_for_later(fn, own, block, k):
