@@ -13,6 +13,7 @@ import srcad as ad
 from srcad.compiler import pipeline
 from srcad.compiler.ir.printer import function_text
 from srcad.testing import check_function, check_grads, finite_differences
+from test_ir import second_order_check
 
 rng = np.random.default_rng(11)
 
@@ -155,3 +156,47 @@ def test_float32_gradients_follow_the_float64_ones():
     for g32, g64 in zip(*grads):
         assert g32.dtype == np.float32
         np.testing.assert_allclose(g32, g64, rtol=2e-4, atol=1e-5)
+
+
+def array_cells(w, x, steps):
+    """Calls on arrays inside larger expressions, once per call and in a loop whose vectors keep their
+    shape: the sigmoid's exp, tanh inside products, a square root."""
+    h = np.tanh(w[0] * x) * x
+    total = np.sum(np.sqrt(1.0 + h * h))
+    for t in range(steps):
+        gate = 1.0 / (1.0 + np.exp(-(w[1] * h + w[2])))
+        h = gate * np.tanh(w[0] * h) + 0.5 * x
+        total += np.sum(h * h)
+    return total
+
+
+def growing_cells(w, steps):
+    """A vector one element longer each step (a join with a vector of the loop): the tanh of it changes
+    shape from one iteration to the next, so it stays inside its expression."""
+    h = w.copy()
+    total = 0.0
+    for t in range(steps):
+        h = np.concatenate((h, w[:1])) * 0.9
+        total += np.sum(h * np.tanh(h))
+    return total
+
+
+def test_calls_on_arrays_are_named_and_their_results_read_by_the_adjoint():
+    w, x = rng.uniform(-0.8, 0.8, (3, 6)), rng.uniform(-1.0, 1.0, 6)
+    f = ad.function(array_cells)
+    forward = ad.show_source(f, "forward", w, x, 4)
+    adjoint = ad.show_source(f, "adjoint", w, x, 4)
+    assert "exp_result = np.exp(" in forward and "tanh_result = np.tanh(" in forward
+    for fn in ("np.exp", "np.tanh", "np.sqrt"):
+        assert not lines_calling(adjoint, fn), (fn, lines_calling(adjoint, fn))
+    check_function(f, (w, x, 4), (0, 1))
+    second_order_check(array_cells, (w, x, 4), (True, True, False))
+
+
+def test_a_call_on_an_array_that_changes_shape_in_a_loop_is_not_named():
+    w = rng.uniform(-0.8, 0.8, 3)
+    f = ad.function(growing_cells)
+    forward = ad.show_source(f, "forward", w, 5)
+    assert "tanh_result" not in forward and lines_calling(forward, "np.tanh")
+    check_function(f, (w, 5), (0,))
+    second_order_check(growing_cells, (w, 5), (True, False))

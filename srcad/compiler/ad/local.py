@@ -122,7 +122,7 @@ class LocalAdjoints:
         v, ty = s.value, self.fn.types.get(s.target)
         if not has_result_partial(v):
             return None
-        if s.target in names_in(v) or s.target in self.shape_varying or ty != value_type(self.fn, v):
+        if s.target in names_in(v) or s.target in self.shape_varying or ty != result_type(self.fn, v):
             return None
         return s.target if kept_is_cheaper(s.target, v, self.overwritten) else None
 
@@ -417,6 +417,13 @@ def value_type(fn, e):
         return max(arrays, key=lambda t: t.ndim)
     floats = [t for t in found if isinstance(t, nt.Float)]
     return floats[0] if floats else nt.float64
+
+
+def result_type(fn, call):
+    """The type of what an elementwise `call` returns: a new C-ordered array where it takes one (of a
+    view of any layout), else a float."""
+    ty = value_type(fn, call)
+    return ty.copy(layout="C", readonly=False) if isinstance(ty, nt.Array) else ty
 
 
 def times(cotangent, partial):

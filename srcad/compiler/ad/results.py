@@ -7,13 +7,15 @@ the call named in the primal, `tanh_result = math.tanh(c)` then
 (`rules.FROM_RESULT`, `LocalAdjoints.result_read`), and the save analysis
 keeps that value like any other. The same holds for the `exp` inside a
 sigmoid `1.0 / (1.0 + math.exp(-z))`: the value saved is the exponential, not
-`z`, and no exponential is computed again.
+`z`, and no exponential is computed again. Calls on arrays are named too
+(`np.tanh(g)` of a vector: a library call per element, where the saved result
+costs a load), except where the named array would change shape from one
+iteration to the next: the adjoint of such an array is made again with each
+shape, and does not read its result (`LocalAdjoints.result_read`).
 
 Only on a target that keeps results (`saving.Policy.keeps_results`: a saved
-value costs less than a call there), for scalar calls with an active
-argument inside the value of a statement derivatives flow through. (A call
-on arrays is already a temporary array of its own in the primal; its
-adjoint recomputes it where it is not the whole value.)
+value costs less than a call there), for calls with an active argument
+inside the value of a statement derivatives flow through.
 """
 from numba.core import types as nt
 
@@ -21,8 +23,8 @@ from ..analysis.types import type_of
 from ..ir import Accumulate, Assign, Name
 from ..ir.facts import Activity
 from ..ir.forms import leaves
-from ..ir.visit import all_blocks, map_children, names_in, rebuild
-from .local import is_active_atom, value_type
+from ..ir.visit import all_blocks, map_children, names_in, rebuild, substitute
+from .local import is_active_atom, result_type, value_type
 from .rules import has_result_partial
 from .saving import loop_facts
 
@@ -33,6 +35,7 @@ def name_results(fn, policy):
         return fn
     activity = fn.facts.of(Activity)
     facts = loop_facts(fn)
+    made = []
     overwritten = set(facts.overwritten)
     for block in all_blocks(fn.body):
         out = []
@@ -40,9 +43,33 @@ def name_results(fn, policy):
             before = []
             if _is_active_value(s, activity.active):
                 s.value = _hoisted(fn, s, activity, before, overwritten, facts.innermost.get(s.uid) is not None)
+                made += [b.target for b in before]
             out += before + [s]
         block[:] = out
+    arrays = {t for t in made if isinstance(fn.types[t], nt.Array)}
+    if arrays:
+        _inline_back(fn, arrays & loop_facts(fn).shape_varying)
     return fn
+
+
+def _inline_back(fn, names):
+    """Undo the naming of the array results `names`: each call goes back into the value after it (the
+    statement it was taken out of, or the next call taken out of that statement)."""
+    for block in all_blocks(fn.body):
+        calls, kept = {}, []
+        for s in block:
+            if isinstance(s, (Assign, Accumulate)):
+                s.value = substitute(s.value, calls)
+                if isinstance(s, Assign) and s.target in names:
+                    calls[s.target] = s.value
+                    continue
+            kept.append(s)
+        block[:] = kept
+    activity = fn.facts.of(Activity)
+    for t in names:
+        del fn.types[t]
+        for found in (activity.varied, activity.useful, activity.active):
+            found.discard(t)
 
 
 def _is_active_value(s, active):
@@ -63,7 +90,7 @@ def _hoisted(fn, s, activity, before, overwritten, looped):
         t = fn.names.fresh(f"{e.fn.split('.')[-1]}_result")
         if looped:
             overwritten.add(t)
-        fn.types[t] = value_type(fn, e)
+        fn.types[t] = result_type(fn, e)
         for names in (activity.varied, activity.useful, activity.active):
             names.add(t)
         before.append(Assign(t, e, s.origin))
@@ -74,9 +101,13 @@ def _hoisted(fn, s, activity, before, overwritten, looped):
 
 
 def _worth_naming(fn, e, active):
-    """A scalar call of `FROM_RESULT` on a value derivatives flow through."""
+    """A call of `FROM_RESULT` on a value derivatives flow through, of a float or of a float array."""
     if not has_result_partial(e):
         return False
     atoms = leaves(e.args[0])
-    return isinstance(value_type(fn, e), nt.Float) and \
-        not any(isinstance(type_of(fn, a), nt.Array) for a in atoms) and any(is_active_atom(a, active) for a in atoms)
+    ty = value_type(fn, e)
+    if isinstance(ty, nt.Array):
+        float_valued = isinstance(ty.dtype, nt.Float)
+    else:
+        float_valued = isinstance(ty, nt.Float) and not any(isinstance(type_of(fn, a), nt.Array) for a in atoms)
+    return float_valued and any(is_active_atom(a, active) for a in atoms)
