@@ -140,7 +140,7 @@ class Transformed:
                 saved.values = self._forward(*_copies(saved.inputs), *buffers)[1]
             saved.used = True
             saved, state = saved.values, saved.state
-        with self.backend.running(state):
+        with self.backend.running_adjoint(state):
             return plain_first(self._plain_adjoint, self._adjoint, lambda adjoint: adjoint(*values, *saved, *d_outs))
 
     def adjoint_rows(self, values, saved, d_out_rows, buffers):
@@ -166,7 +166,8 @@ class Transformed:
                         [(k, f"grad{k}_rows") for k in range(len(buffers))])
             rows((*values, *saved), d_out_rows, buffers)
             return buffers
-        plain_first(self._plain_adjoint, self._adjoint, run)
+        with self.backend.running_adjoint(None):
+            plain_first(self._plain_adjoint, self._adjoint, run)
         return True
 
     @property

@@ -82,6 +82,12 @@ class Backend(abc.ABC):
         """The context the forward or adjoint of a call with `state` (from `call_state`) runs in."""
         return _NOTHING
 
+    def running_adjoint(self, state):
+        """The context the adjoint of a call with `state` runs in: `running`'s, unless the target sets
+        how its arithmetic treats subnormal numbers there (the cpu target flushes them to zero,
+        `compiler/subnormals.py`)."""
+        return self.running(state)
+
 
 _NOTHING = contextlib.nullcontext()           # (reusable: one for every call, on the tape's path)
 

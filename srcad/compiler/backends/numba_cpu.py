@@ -32,6 +32,7 @@ from .. import runtime
 from ..ad.parallel import serial_where_unsafe
 from ..ad.saving import CPU
 from ..analysis.types import gather_axis, index_array, type_of
+from ..subnormals import flushing_subnormals
 from ..ir import (Accumulate, Assign, BinOp, Call, Compare, Const, Effect, For, Global, If, Name, Pop, Push, Reserve,
                   Store, Subscript, TypeRef)
 from ..ir.printer import Printer, Writer
@@ -497,6 +498,9 @@ class NumbaCPU(Backend):
 
     def buffer_dtype(self, stack):
         return buffer_dtype(stack)
+
+    def running_adjoint(self, state):
+        return flushing_subnormals
 
     def new_buffer(self, dtype):
         return new_buffer(dtype)
