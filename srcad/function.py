@@ -460,9 +460,12 @@ class CompiledSegment:
 
     def _adjoint(self, node, cotangents):
         values, saved = node.attrs["values"], node.attrs["saved"]
-        d_out = tuple(_as_scalar(c) for c in cotangents)
-        d_out = d_out if self.transformed.n_outputs != 1 or self.transformed.returns_tuple else d_out[0]
-        active_grads = iter(self.transformed.adjoint(*values, saved, d_out))
+        transformed = self.transformed
+        if transformed.n_outputs != 1 or transformed.returns_tuple:
+            d_out = tuple([_as_scalar(c) for c in cotangents])
+        else:
+            d_out = _as_scalar(cotangents[0])
+        active_grads = iter(transformed.adjoint(*values, saved, d_out))
         return [_match(next(active_grads), v) if a else None for a, v in zip(self.active, values)]
 
     def _adjoint_batched(self, node, cotangents, lead):
