@@ -151,7 +151,7 @@ class Transformed:
         if self._once:
             return False
         from .rows import Rows
-        saved = saved.values if isinstance(saved, Saved) else saved
+        saved, state = (saved.values, saved.state) if isinstance(saved, Saved) else (saved, None)
         given = tuple(d is not None for d in d_out_rows)
 
         def run(adjoint):
@@ -166,7 +166,7 @@ class Transformed:
                         [(k, f"grad{k}_rows") for k in range(len(buffers))])
             rows((*values, *saved), d_out_rows, buffers)
             return buffers
-        with self.backend.running_adjoint(None):
+        with self.backend.running_adjoint(state):
             plain_first(self._plain_adjoint, self._adjoint, run)
         return True
 

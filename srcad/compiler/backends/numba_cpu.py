@@ -28,11 +28,10 @@ from numba.core import types as nt
 from numba.core.caching import FunctionCache
 from numba.core.dispatcher import Dispatcher
 
-from .. import runtime
+from .. import runtime, subnormals
 from ..ad.parallel import serial_where_unsafe
 from ..ad.saving import CPU
 from ..analysis.types import gather_axis, index_array, type_of
-from ..subnormals import flushing_subnormals
 from ..ir import (Accumulate, Assign, BinOp, Call, Compare, Const, Effect, For, Global, If, Name, Pop, Push, Reserve,
                   Store, Subscript, TypeRef)
 from ..ir.printer import Printer, Writer
@@ -289,10 +288,12 @@ def _dropping(dispatcher):
 
 
 def _guard_runtime_caches():
-    """srcad's runtime helpers (njit(cache=True), called by all generated code) drop unloadable entries too."""
-    for value in vars(runtime).values():
-        if isinstance(value, Dispatcher):
-            _dropping(value)
+    """srcad's runtime helpers (njit(cache=True), called by all generated code) and the register helpers
+    every cpu adjoint's call runs drop unloadable entries too."""
+    for module in (runtime, subnormals):
+        for value in vars(module).values():
+            if isinstance(value, Dispatcher):
+                _dropping(value)
 
 
 _guard_runtime_caches()
@@ -500,7 +501,7 @@ class NumbaCPU(Backend):
         return buffer_dtype(stack)
 
     def running_adjoint(self, state):
-        return flushing_subnormals
+        return subnormals.flushing_subnormals
 
     def new_buffer(self, dtype):
         return new_buffer(dtype)

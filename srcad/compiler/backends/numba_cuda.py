@@ -486,3 +486,6 @@ class NumbaCUDA(numba_cpu.NumbaCPU):
 
     def running(self, state):
         return launch.resident(state)
+
+    def running_adjoint(self, state):
+        return self.running(state)        # (kernels keep their own float modes; the host's is left as it is)
