@@ -9,6 +9,7 @@ import pytest
 import srcad as ad
 from srcad.compiler.subnormals import _read_mxcsr, flushing_subnormals
 from srcad.testing import check_function
+from test_ir import second_order_check
 
 X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
 pytestmark = pytest.mark.skipif(not X86, reason="subnormals are flushed on x86 only (the SSE control register)")
@@ -72,3 +73,10 @@ def test_gradients_in_the_normal_range_are_unchanged():
         tape.watch(x_t)
         y = f(x_t, 3.0)
     np.testing.assert_array_equal(tape.gradient(y, x_t).numpy(), -3.0 * np.exp(-x))
+
+
+def test_second_order_through_a_flushed_adjoint():
+    """The gradient function compiled again (nested tapes) runs the adjoint's arithmetic in its forward and
+    its own adjoint flushed: its Hessian-vector products against finite differences."""
+    x = np.array([0.5, 2.0, 7.0])
+    second_order_check(tail_mass, (x, 3.0), (True, True))
