@@ -178,9 +178,10 @@ def _first_writes(program):
 
 
 def _share(program):
-    compute_repeats_once(program.forward)
+    fused = program.backend.policy.elementwise_loops
+    compute_repeats_once(program.forward, fused=fused)
     for fn in program.adjoints():
-        compute_repeats_once(fn, results_handed_on(program.primal, fn))
+        compute_repeats_once(fn, results_handed_on(program.primal, fn), fused)
     return program
 
 

@@ -74,13 +74,14 @@ def _infer_type(fn, s):
     v = s.value
     if isinstance(v, Name) and v.id in fn.types:
         fn.types[s.target] = fn.types[v.id]
-    elif isinstance(v, Call) and v.fn in COMPARISONS and not v.keywords:
+    elif isinstance(v, Call) and v.fn in _COMPARED and not v.keywords:
         ranks = [t.ndim for t in (type_of(fn, a) for a in v.args) if isinstance(t, nt.Array)]
         if ranks and all(isinstance(a, (Name, Subscript, Const)) for a in v.args):
             fn.types[s.target] = nt.Array(nt.boolean, max(ranks), "C")
 
 
-COMPARISONS = frozenset({"np.equal", "np.not_equal", "np.less", "np.less_equal", "np.greater", "np.greater_equal"})
+_COMPARED = {"np.equal": "==", "np.not_equal": "!=", "np.less": "<", "np.less_equal": "<=", "np.greater": ">",
+             "np.greater_equal": ">="}
 
 
 def _in_block(fn, stmts, own, uses, in_loop=False):
@@ -112,6 +113,22 @@ def _in_block(fn, stmts, own, uses, in_loop=False):
         fresh = _fresh_after(s, fresh)
     out.extend(_emitted(fn, held, own | fresh))
     stmts[:] = out
+
+
+def statements_in_loops(fn):
+    """The ids of the statements this pass may rewrite: inside a loop, none of them parallel."""
+    found = set()
+
+    def visit(stmts, in_loop):
+        for s in stmts:
+            if isinstance(s, For) and s.parallel:
+                continue
+            if in_loop:
+                found.add(id(s))
+            for block in blocks(s):
+                visit(block, in_loop or isinstance(s, (For, While)))
+    visit(fn.body, False)
+    return found
 
 
 def _uses(fn):
@@ -188,9 +205,8 @@ def _as_loop(fn, s, own):
         if isinstance(s, Store) and s.array in own and _operates(s.value):
             return _Nest(fn, s, exact_operands=True).into(Subscript(Name(s.array), s.index), add=False)
         if isinstance(s, Accumulate) and isinstance(type_of(fn, s.target), nt.Float):
-            summed = s.value.args[0] if isinstance(s.value, Call) and s.value.fn == "np.sum" and \
-                len(s.value.args) == 1 and not s.value.keywords else s.value if s.reduce else None
-            return _Nest(fn, s, exact_operands=True).summed(summed) if summed is not None and _operates(summed) else None
+            summed = _summed_operation(s.value) or (s.value if s.reduce and _operates(s.value) else None)
+            return _Nest(fn, s, exact_operands=True).summed(summed) if summed is not None else None
         if isinstance(s, Accumulate) and _base(s.target) in own and _operates(s.value):
             return _Nest(fn, s, exact_operands=True).into(s.target, add=True)
     except _Unfit:
@@ -206,6 +222,19 @@ def _base(target):
 def _operates(e):
     """Is `e` an operation (not a name, an element or a view: those make no temporary)?"""
     return isinstance(e, (BinOp, UnaryOp)) or isinstance(e, Call) and e.fn in ELEMENTWISE
+
+
+def is_comparison(e):
+    """Is `e` a comparison element by element (`np.equal(terms, m)`: a mask)?"""
+    return isinstance(e, Call) and e.fn in _COMPARED and len(e.args) == 2 and not e.keywords
+
+
+def _summed_operation(e):
+    """The operation `e` sums (`np.sum(u * v)`, `np.sum(np.equal(a, m))`), or None."""
+    if isinstance(e, Call) and e.fn == "np.sum" and len(e.args) == 1 and not e.keywords \
+            and (_operates(e.args[0]) or is_comparison(e.args[0])):
+        return e.args[0]
+    return None
 
 
 def _is_float_array(ty):
@@ -254,17 +283,33 @@ class _Nest:
                     raise _Unfit      # `mask + mask` is a logical or in NumPy, 2 element by element
             return rank
         if isinstance(e, UnaryOp) and e.op == "-":
+            if self._is_exact_array(e.operand):
+                raise _Unfit      # NumPy refuses the negative of a mask
             return self.rank(e.operand)
         if isinstance(e, Call) and not e.keywords and e.fn in ELEMENTWISE:
             return max(self.rank(a) for a in e.args)
+        if is_comparison(e) and self.exact_operands:
+            return max(self.rank(a) for a in e.args)
         if isinstance(e, Call) and not e.keywords and len(e.args) == 1 and e.fn in SCALAR_OF_ARRAY \
-                and isinstance(type_of(self.fn, e.args[0]), nt.Array):
+                and self._is_array(e.args[0]):
             return 0
         if isinstance(e, Call) and e.fn.startswith("math.") and all(self.rank(a) == 0 for a in e.args):
             return 0
         raise _Unfit
 
+    def _is_array(self, e):
+        """Is `e` an array: one of a known type, or an operation of this pass's on arrays (its leaves are
+        not this statement's: a scalar part of the value is computed before the loop)?"""
+        if isinstance(type_of(self.fn, e), nt.Array):
+            return True
+        try:
+            return (_operates(e) or is_comparison(e)) and _Nest(self.fn, self.s, exact_operands=True).rank(e) > 0
+        except _Unfit:
+            return False
+
     def _is_exact_array(self, e):
+        if is_comparison(e):
+            return self.rank(e) > 0
         ty = type_of(self.fn, e) if e in self.leaves else None
         return isinstance(ty, nt.Array) and not _is_float_array(ty)
 
@@ -356,14 +401,23 @@ class _Nest:
             return Subscript(Name(self._view(e)), tuple(i if real else Const(0) for i, real in zip(at, axes)))
         if self.rank(e) == 0:
             return self._scalar(e)
+        if is_comparison(e):
+            return Compare(_COMPARED[e.fn], *(self.element(a, index) for a in e.args))
         return _with_children(e, [self.element(c, index) for c in children(e)])
 
     def _scalar(self, e):
-        """A scalar part of the value: computed once, before the loop, where it calls anything."""
+        """A scalar part of the value: computed once, before the loop, where it calls anything; a sum of
+        an elementwise value (`np.sum(np.equal(terms, m))`, the count of tied extrema) as a loop of its own."""
         if not any(isinstance(x, Call) for x in subexpressions(e)):
             return e
         name = self.fn.names.fresh("scalar")
-        self.before.append(Assign(name, e, self.s.origin))
+        summed = _summed_operation(e)
+        if summed is not None and self._is_array(summed):
+            self.fn.types[name] = nt.float64
+            total = Accumulate(Name(name), e, origin=self.s.origin)
+            self.before += [Assign(name, Const(0.0), self.s.origin), *(_as_loop(self.fn, total, set()) or [total])]
+        else:
+            self.before.append(Assign(name, e, self.s.origin))
         return Name(name)
 
     def _view(self, e):

@@ -26,28 +26,33 @@ from collections import Counter
 
 from numba.core import types as nt
 
+from ..analysis.types import type_of
 from ..front.bounds import INDEX_CHECKS
-from ..ir import Accumulate, Assign, BinOp, Call, Compare, Effect, Name, Push, Store, Subscript, Tuple, UnaryOp
+from ..ir import Accumulate, Assign, BinOp, Call, Compare, Const, Effect, Name, Push, Store, Subscript, Tuple, UnaryOp
 from ..ir.facts import Reverse
 from ..ir.visit import (all_blocks, binding_counts, children, map_exprs, names_in, rebuild, subexpressions, walk,
                         written_array)
-from .elementwise import TRANSCENDENTAL
+from .elementwise import TRANSCENDENTAL, is_comparison, statements_in_loops
 from .first_writes import KEEPS_NOTHING, NEW_ARRAYS, arrays_held_elsewhere, viewed_arrays, viewed_by
 
 # srcad's parts of np.linalg's decompositions (runtime.py), each a factorisation of its own
 _FACTORISATIONS = frozenset("""srcad.det_sign srcad.log_abs_det srcad.eigenvectors srcad.left_singular_vectors
     srcad.singular_values srcad.right_singular_vectors srcad.real_eigenvalues srcad.right_eigenvectors srcad.qr_q
     srcad.qr_r srcad.least_squares srcad.least_squares_rank srcad.least_squares_singular_values""".split())
+_EXTREMA = frozenset({"np.max", "np.min"})
 _ALLOCATIONS = frozenset("""np.zeros np.ones np.empty np.full np.zeros_like np.ones_like np.empty_like np.full_like
     np.copy np.array np.asarray np.eye np.identity np.arange np.linspace""".split())
 
 
-def compute_repeats_once(fn, given=None):
+def compute_repeats_once(fn, given=None, fused=False):
     """Bind, in place, each subexpression a statement of `fn` evaluates twice or more to a temporary; a
     later statement of the same block reads the temporary too while nothing it reads can have changed.
     `given`: values `fn` is handed (`results_handed_on`), read wherever it would compute them again, where
-    neither they nor what they are computed from is bound or written into in `fn`."""
+    neither they nor what they are computed from is bound or written into in `fn`. `fused`: `fn`'s array
+    statements in loops become loops over their elements next (`opt/elementwise.py`), where a mask is
+    evaluated again at no cost (`_cheaper_again`)."""
     own, written = _own_arrays(fn), _written_in_place(fn)
+    looped = statements_in_loops(fn) if fused else set()
     bound = binding_counts(fn.body)
     given = {e: n for e, n in (given or {}).items()
              if not any(bound[m] or m in written for m in names_in(e) | {n})}
@@ -57,7 +62,7 @@ def compute_repeats_once(fn, given=None):
             if isinstance(s, (Assign, Store, Accumulate)):
                 as_written = s.value
                 _rewrite_values(s, lambda x: rebuild(x, lambda y: Name(known[y]) if y in known else y))
-                made = _hoisted(fn, s) + _hoisted_for_later(fn, own, block, k)
+                made = _hoisted(fn, s, id(s) in looped) + _hoisted_for_later(fn, own, block, k)
                 known.update((a.value, a.target) for a in made)
                 shared.update(a.target for a in made if not _is_number(a.value))
                 if isinstance(s, Assign) and s.target in written and viewed_by(s.value) & shared:
@@ -185,11 +190,12 @@ def _still_known(fn, private, s, known):
     return {e: n for e, n in known.items() if changed not in names_in(e) and n != changed}
 
 
-def _hoisted(fn, s):
-    """The assignments of the temporaries `s` now reads, innermost first (`s` rewritten to read them)."""
+def _hoisted(fn, s, fused=False):
+    """The assignments of the temporaries `s` now reads, innermost first (`s` rewritten to read them);
+    `fused`: `s` becomes a loop over elements."""
     made = []
     while True:
-        repeated = _repeated(_values(s))
+        repeated = [e for e in _repeated(_values(s)) if not (fused and _cheaper_again(fn, e))]
         if not repeated:
             return made
         made.append(_bound(fn, s, min(repeated, key=_size)))
@@ -199,6 +205,10 @@ def _bound(fn, s, e):
     """The assignment of `e` to a new temporary, `s` rewritten to read it."""
     name = fn.names.fresh(_name_of(e))
     _rewrite_values(s, lambda x: rebuild(x, lambda y: Name(name) if y == e else y))
+    if isinstance(e, Call) and e.fn in _EXTREMA and len(e.args) == 1 and not e.keywords:
+        of = type_of(fn, e.args[0])
+        if isinstance(of, nt.Array) and isinstance(of.dtype, nt.Float):
+            fn.types[name] = of.dtype       # (read by `_cheaper_again` and `opt/elementwise.py`)
     return Assign(name, e, origin=s.origin)
 
 
@@ -239,6 +249,18 @@ def _worth(e):
     if isinstance(e, Subscript):
         return not isinstance(e.base, Name)
     return isinstance(e, (BinOp, UnaryOp, Compare))
+
+
+def _cheaper_again(fn, e):
+    """A comparison of an array with a number (`np.equal(terms, m)`, the mask of the adjoint of `np.max`),
+    where the statements become loops over elements: each loop compares the element it reads, where a
+    temporary would allocate the mask, write it and read it back, once per iteration in a loop (ADBench
+    GMM's log-sum-exp per point: 10,000 masks of 5 elements per gradient)."""
+    if not is_comparison(e) or not all(isinstance(a, (Name, Subscript, Const)) for a in e.args):
+        return False
+    kinds = [type_of(fn, a) for a in e.args]
+    arrays = [isinstance(t, nt.Array) for t in kinds]
+    return arrays.count(True) == 1 and all(a or isinstance(t, (nt.Number, nt.Boolean)) for a, t in zip(arrays, kinds))
 
 
 def _size(e):
