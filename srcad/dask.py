@@ -158,6 +158,7 @@ def _chunk_value_and_grad(shipped, picks, spread, start, *chunks):
 
 def _gradient_rows(shipped, rows, start):
     f, origin, static = shipped
+    static = tuple(_owned(v) if isinstance(v, np.ndarray) else v for v in static)   # (one type, however it came)
     batched = _batched(f, len(static))
     if batched is not None:            # all rows in one compiled call: d(sum of f(row)) / d rows, row by row
         _COUNTS["rows"] += len(rows)

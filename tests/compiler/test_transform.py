@@ -392,3 +392,29 @@ def test_accumulation_with_a_changing_index_is_left_alone():
     v, w = rng.uniform(-1, 1, 3), rng.uniform(-1, 1, 7)
     adjoint = check(shifting_index, (v, w), (True, True)).source("adjoint")
     assert "_sum = 0.0" not in adjoint
+
+
+def running_sum_of_sines(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += np.sin(x[i]) * x[i]
+    return s
+
+
+def test_the_same_code_loaded_again_in_a_process_runs_what_was_compiled():
+    """A new `ad.function` of the same function (and signature) loads the same generated module: its
+    forward and adjoint are the dispatchers compiled for the first, compiled once (the suite compiles
+    without optimizations, code Numba's disk cache does not always keep), and give the same gradient."""
+    import srcad as ad
+
+    x = np.linspace(0.1, 1.0, 5)
+    made = []
+    for _ in range(2):
+        f = ad.function(running_sum_of_sines)
+        v = ad.Variable(x)
+        with ad.GradientTape() as tape:
+            y = f(v)
+        np.testing.assert_allclose(tape.gradient(y, v).numpy(), np.cos(x) * x + np.sin(x), rtol=1e-14)
+        made.append([d.dispatcher for d in f._last.dispatchers[1:]])
+    assert all(a is b for a, b in zip(*made)), made
+    assert all(len(d.overloads) == 1 for d in made[0])

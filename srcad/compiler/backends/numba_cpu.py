@@ -18,6 +18,7 @@ import glob
 import os
 import stat
 import textwrap
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -435,10 +436,23 @@ def infer_types(dispatcher, arg_types):
 
 def import_jit(path, source, name, callees=None):
     """Function `name` of the generated module `source` (at `path`), as a Numba dispatcher; `callees`
-    are the dispatchers it calls, by name (globals of the module, as Numba resolves them)."""
+    are the dispatchers it calls, by name (globals of the module, as Numba resolves them).
+
+    One dispatcher per generated function and process: the same code loaded again (a new
+    `ad.function` of the same function, a gradient function differentiated again, the same
+    signature in another test) runs what was compiled already. A new dispatcher would compile it
+    again wherever Numba's disk cache cannot serve it (code that holds a process's addresses, or
+    compiled without optimizations), and read the cache file where it can."""
     module = import_source(path, source)
     vars(module).update(callees or {})
-    return jit(getattr(module, name))
+    with _LOADED_LOCK:
+        made = vars(module).setdefault("__srcad_dispatchers__", {})
+        if name not in made:
+            made[name] = jit(getattr(module, name))
+        return made[name]
+
+
+_LOADED_LOCK = threading.Lock()
 
 
 def primal_types(dispatcher, arg_types, compile_it):
