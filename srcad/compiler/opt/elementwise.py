@@ -229,6 +229,18 @@ def is_comparison(e):
     return isinstance(e, Call) and e.fn in _COMPARED and len(e.args) == 2 and not e.keywords
 
 
+def is_mask_of_a_loop(fn, e):
+    """A comparison of a float64 array with a number (`np.equal(terms, m)`, the mask of the adjoint of
+    `np.max`): in a statement this pass rewrites, each loop compares the element it reads, where a
+    temporary (`opt/shared.py`) would allocate the mask, write it and read it back, on every iteration
+    of the loop around it (ADBench GMM's log-sum-exp per point: 10,000 masks of 5 elements per gradient)."""
+    if not is_comparison(e) or not all(isinstance(a, (Name, Subscript, Const)) for a in e.args):
+        return False
+    kinds = [type_of(fn, a) for a in e.args]
+    arrays = [_is_float_array(t) for t in kinds]
+    return arrays.count(True) == 1 and all(a or isinstance(t, (nt.Number, nt.Boolean)) for a, t in zip(arrays, kinds))
+
+
 def _summed_operation(e):
     """The operation `e` sums (`np.sum(u * v)`, `np.sum(np.equal(a, m))`), or None."""
     if isinstance(e, Call) and e.fn == "np.sum" and len(e.args) == 1 and not e.keywords \

@@ -28,11 +28,11 @@ from numba.core import types as nt
 
 from ..analysis.types import type_of
 from ..front.bounds import INDEX_CHECKS
-from ..ir import Accumulate, Assign, BinOp, Call, Compare, Const, Effect, Name, Push, Store, Subscript, Tuple, UnaryOp
+from ..ir import Accumulate, Assign, BinOp, Call, Compare, Effect, Name, Push, Store, Subscript, Tuple, UnaryOp
 from ..ir.facts import Reverse
 from ..ir.visit import (all_blocks, binding_counts, children, map_exprs, names_in, rebuild, subexpressions, walk,
                         written_array)
-from .elementwise import TRANSCENDENTAL, is_comparison, statements_in_loops
+from .elementwise import TRANSCENDENTAL, is_mask_of_a_loop, statements_in_loops
 from .first_writes import KEEPS_NOTHING, NEW_ARRAYS, arrays_held_elsewhere, viewed_arrays, viewed_by
 
 # srcad's parts of np.linalg's decompositions (runtime.py), each a factorisation of its own
@@ -50,7 +50,7 @@ def compute_repeats_once(fn, given=None, fused=False):
     `given`: values `fn` is handed (`results_handed_on`), read wherever it would compute them again, where
     neither they nor what they are computed from is bound or written into in `fn`. `fused`: `fn`'s array
     statements in loops become loops over their elements next (`opt/elementwise.py`), where a mask is
-    evaluated again at no cost (`_cheaper_again`)."""
+    evaluated again at no cost (`elementwise.is_mask_of_a_loop`)."""
     own, written = _own_arrays(fn), _written_in_place(fn)
     looped = statements_in_loops(fn) if fused else set()
     bound = binding_counts(fn.body)
@@ -195,7 +195,7 @@ def _hoisted(fn, s, fused=False):
     `fused`: `s` becomes a loop over elements."""
     made = []
     while True:
-        repeated = [e for e in _repeated(_values(s)) if not (fused and _cheaper_again(fn, e))]
+        repeated = [e for e in _repeated(_values(s)) if not (fused and is_mask_of_a_loop(fn, e))]
         if not repeated:
             return made
         made.append(_bound(fn, s, min(repeated, key=_size)))
@@ -208,7 +208,7 @@ def _bound(fn, s, e):
     if isinstance(e, Call) and e.fn in _EXTREMA and len(e.args) == 1 and not e.keywords:
         of = type_of(fn, e.args[0])
         if isinstance(of, nt.Array) and isinstance(of.dtype, nt.Float):
-            fn.types[name] = of.dtype       # (read by `_cheaper_again` and `opt/elementwise.py`)
+            fn.types[name] = of.dtype       # (read by `opt/elementwise.py`)
     return Assign(name, e, origin=s.origin)
 
 
@@ -249,18 +249,6 @@ def _worth(e):
     if isinstance(e, Subscript):
         return not isinstance(e.base, Name)
     return isinstance(e, (BinOp, UnaryOp, Compare))
-
-
-def _cheaper_again(fn, e):
-    """A comparison of an array with a number (`np.equal(terms, m)`, the mask of the adjoint of `np.max`),
-    where the statements become loops over elements: each loop compares the element it reads, where a
-    temporary would allocate the mask, write it and read it back, once per iteration in a loop (ADBench
-    GMM's log-sum-exp per point: 10,000 masks of 5 elements per gradient)."""
-    if not is_comparison(e) or not all(isinstance(a, (Name, Subscript, Const)) for a in e.args):
-        return False
-    kinds = [type_of(fn, a) for a in e.args]
-    arrays = [isinstance(t, nt.Array) for t in kinds]
-    return arrays.count(True) == 1 and all(a or isinstance(t, (nt.Number, nt.Boolean)) for a, t in zip(arrays, kinds))
 
 
 def _size(e):
