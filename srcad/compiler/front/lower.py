@@ -6,8 +6,9 @@ Control flow is reduced to `If`, `For` over a range and `While` with one
 exit per loop and per function: `break`, `continue` and an early `return`
 become flags that guard the statements after them. Called helper functions
 are inlined with their locals renamed. Conditions made of constants (module
-settings such as `if ORDER > 1:`) are decided here, so the dead branch never
-reaches Numba or the adjoint. Each statement remembers the user line it came from.
+settings such as `if ORDER > 1:`, a local that holds a known number where it
+is tested, as `power = abs(n)` of a helper called with n = 5) are decided
+here, so the dead branch never reaches Numba or the adjoint. Each statement remembers the user line it came from.
 """
 import ast
 import builtins
@@ -48,6 +49,8 @@ _NUMBERS = (bool, int, float, np.integer, np.floating, np.bool_)
 # NumPy calls evaluated when compiling, on constant arguments: `np.finfo(np.float64).tiny`
 _STATIC_CALLS = {"np.finfo", "np.iinfo"}
 _BUILTINS = {"abs", "min", "max", "float", "int", "len", "round", "bool", "sum"}
+# builtins of constant numbers evaluated when compiling, typed as Numba types them (min(1, 2.0) is 1.0)
+_FOLDED_CALLS = {"abs": abs, "min": lambda *v: _unified(min(*v), v), "max": lambda *v: _unified(max(*v), v)}
 _UNROLLED = 64         # the longest list comprehension written out as a list literal
 # NumPy functions Numba lacks, which srcad's runtime supplies to compiled code
 _SUPPLIED = {"np.tile": "srcad.tile"}
@@ -146,6 +149,7 @@ class _Context:
         self.list_dtype = {}         # items of a list -> np.int64 once an integer is appended first
         self.list_rows = {}          # local bound to a list of arrays -> the items' (rank, dtype)
         self.ints = set()            # names known to hold integers as lowering goes (`int_valued`)
+        self.numbers = {}            # local -> the number it holds here, as lowering goes (`constant_test`)
         self.int_arrays = set()      # parameters that are arrays of integers
         self.frozen = {}             # key of a module-level array read (`freeze`) -> the statement binding it
 
@@ -276,14 +280,23 @@ def _plain_number(v):
     return float(v)
 
 
+def _unified(value, args):
+    return float(value) if any(type(a) is float for a in args) else value
+
+
 def folded(e):
-    """`e` as a constant when it is an operator on constants only (`ORDER > 1` with ORDER a global)."""
+    """`e` as a constant when it is an operator (or abs, min, max) on constants only (`ORDER > 1` with
+    ORDER a global)."""
     if isinstance(e, (BinOp, Compare)) and isinstance(e.left, Const) and isinstance(e.right, Const):
         args = (e.left.value, e.right.value)
         op = _FOLD.get(e.op)
     elif isinstance(e, UnaryOp) and isinstance(e.operand, Const):
         args = (e.operand.value,)
         op = {"-": operator.neg, "+": operator.pos, "not": operator.not_}.get(e.op)
+    elif isinstance(e, Call) and e.fn in _FOLDED_CALLS and e.args and \
+            all(isinstance(a, Const) and type(a.value) in (int, float) for a in e.args):
+        args = tuple(a.value for a in e.args)
+        op = _FOLDED_CALLS[e.fn]
     else:
         return e
     if isinstance(e, Compare) and e.op in ("is", "is not") and None in args:     # `None is None`, `1.0 is None`
@@ -322,6 +335,7 @@ class _Lowerer:
         self.origin = None
         self.defs = {}               # functions defined by `def` in this body, by name (_Callee)
         self.rule = False            # a custom rule's body: it returns tuples of tuples, `(out, out_tangent)`
+        self.deciding = False        # lowering a test to decide it (`_constant_test`)
 
     # ---- helpers ---------------------------------------------------------------------------------
     def err(self, node, construct, hint):
@@ -347,6 +361,10 @@ class _Lowerer:
             self.ctx.ints.add(target)
         else:
             self.ctx.ints.discard(target)
+        if isinstance(value, Const) and isinstance(value.value, (bool, int, float)):
+            self.ctx.numbers[target] = value
+        else:
+            self.ctx.numbers.pop(target, None)
         self.emit(Assign(target, value, self.origin))
 
     def int_valued(self, e):
@@ -467,10 +485,21 @@ class _Lowerer:
         return self.temp(UnaryOp("not", _any_flag(flags)), "go")
 
     def stmt(self, s):
+        """Lowers `s`, keeping `ctx.numbers` true after it: a name a loop binds holds no known number in
+        the loop (it is read from the last iteration), nor after a loop or an undecided branch that binds it."""
         method = getattr(self, "stmt_" + type(s).__name__, None)
         if method is None:
             raise self.err(s, f"`{type(s).__name__}` statement", "see docs/subset.md for the supported subset")
+        if not hasattr(s, "body"):
+            method(s)
+            return
+        written = {self.local(n) for n in _assigned_names([s])}
+        if not isinstance(s, ast.If):
+            self.ctx.numbers = {n: v for n, v in self.ctx.numbers.items() if n not in written}
+        before = dict(self.ctx.numbers)
         method(s)
+        if not (isinstance(s, ast.If) and self.constant_test(s.test) is not None):
+            self.ctx.numbers = {n: v for n, v in before.items() if n not in written}
 
     def stmt_Pass(self, s):
         pass
@@ -616,6 +645,7 @@ class _Lowerer:
             if not isinstance(cur, Name):
                 raise self.err(s, "an augmented assignment to this name", "assign to a local variable")
             value = self.operand(s.value) if op in _TREE_OPS else self.atom(s.value)
+            self.ctx.numbers.pop(cur.id, None)
             self.emit(Assign(cur.id, BinOp(op, cur, value), self.origin, inplace=True))
         elif isinstance(t, ast.Subscript):
             if not isinstance(t.value, ast.Name):
@@ -636,14 +666,16 @@ class _Lowerer:
         return self.known[id(node)]
 
     def _constant_test(self, node):
+        """Reads the locals that hold a known number here as that number (`if power == 1:` after
+        `power = abs(n)` of a constant `n`), so the branch that does not run is not lowered at all."""
         saved = self.out
-        self.out = []
+        self.out, self.deciding = [], True
         try:
             e = self.expr(node)
         except TransformError:
             e = None
         finally:
-            emitted, self.out = self.out, saved
+            emitted, self.out, self.deciding = self.out, saved, False
         if isinstance(e, Const) and not emitted:
             return bool(e.value)
         return None
@@ -662,7 +694,9 @@ class _Lowerer:
         if cond.id in {self.local(n) for n in _assigned_names(s.body + s.orelse)}:
             cond = self.temp(cond, "cond")   # (`if first: first = False`: the adjoint tests the value on entry)
         origin = self.origin
+        before = dict(self.ctx.numbers)
         body = self.sub_block(s.body)
+        self.ctx.numbers = before
         orelse = self.sub_block(s.orelse)
         self.emit(If(cond, body, orelse, origin))
 
@@ -1020,6 +1054,8 @@ class _Lowerer:
             elems = self.ctx.tuples.get(self.rename[n])
             if elems is not None:
                 return Tuple(tuple(Name(e) for e in elems))
+            if self.deciding and self.rename[n] in self.ctx.numbers:
+                return self.ctx.numbers[self.rename[n]]
             return Name(self.rename[n])
         kind = resolve(self.info, n)
         if kind[0] == "const":
@@ -1155,6 +1191,8 @@ class _Lowerer:
         try:
             for v in items:
                 self.subst[name] = Const(v)
+                for n in ast.walk(node.elt):     # a test of the loop name is decided again for each value
+                    self.known.pop(id(n), None)
                 elems.append(self.temp(self.expr(node.elt), "row") if rows else self.atom(node.elt))
         finally:
             if shadowed is None:
@@ -1735,7 +1773,7 @@ class _Lowerer:
                 e = Call(fn, (self.as_atom(e) if not is_tree(e, is_elementwise) else e, self.operand(a)))
             return e
         if is_elementwise(fn) and not kws and not any(isinstance(a, ast.Tuple) for a in args):
-            return Call(fn, tuple(self.operand(a) for a in args))
+            return folded(Call(fn, tuple(self.operand(a) for a in args)))
         args = [self.arg(a) for a in args]
         axis = dict(kws).get("axis")
         if fn == "np.mean" and len(args) == 1 and axis is not None:      # Numba has no mean along an axis

@@ -1,0 +1,105 @@
+"""Branches decided when compiling (front/lower.py): a test of a local that holds a known number where
+it is tested (`k = abs(n)` in a helper called with a constant `n`) keeps only the branch that runs, so
+the dead ones never reach Numba or the adjoint. Each function's value equals plain Python, and its
+gradient finite differences at first and second order, on both sides of every branch that stays."""
+import numpy as np
+import pytest
+
+import srcad as ad
+from srcad.testing import check_function
+from test_ir import second_order_check
+
+rng = np.random.default_rng(4242)
+
+
+def _power_by_cases(x, n):
+    """x ** |n| by cases, as products by squaring are written: one case per small power, a loop past them."""
+    k = abs(n)
+    out = x * 1.0
+    if k == 2:
+        out = x * x
+    elif k == 3:
+        out = x * x * x
+    else:
+        while k > 1:            # `k` changes in the loop: its tests are not decided
+            if k == 2:
+                out = out * 1.5
+            out = out * x
+            k -= 1
+    return out
+
+
+def powers_by_cases(x):
+    return np.sum(_power_by_cases(x, -3)) + np.sum(_power_by_cases(x, 5))
+
+
+def numbers_changed_by_data_and_loops(x):
+    """A number rebound in a branch on data, one rebound by each loop iteration, one by augmented
+    assignment: none of their tests may be decided from the value before."""
+    m = 2
+    if x[0] > 0.0:
+        m = 3
+    s = 0.0
+    if m == 2:
+        s += 10.0 * x[1]
+    first = True
+    for i in range(3):
+        if first:
+            s += x[i] * x[i]
+        else:
+            s += x[i]
+        first = False
+    k = 0
+    while k < 3:
+        if k == 0:
+            s += np.sin(x[0])
+        k += 1
+    j = 1
+    j += 1
+    if j == 2:
+        s += x[1] * x[1] * x[1]
+    return s
+
+
+def comprehension_name_tested(x):
+    """Each item of a comprehension over constants decides its own test of the loop name."""
+    return np.sum(np.array([x[0] * x[0] if i == 0 else x[1] * i for i in range(3)]) ** 2)
+
+
+def test_only_the_branch_that_runs_is_compiled_and_differentiated():
+    x = rng.uniform(0.5, 1.5, 4)
+    f = ad.function(powers_by_cases)
+    assert float(f(x).numpy()) == pytest.approx(powers_by_cases(x), rel=1e-13)
+    code = [line for line in ad.show_source(f, "forward").splitlines() if not line.strip().startswith("#")]
+    assert not any("== 3" in line for line in code), "\n".join(code)   # decided in both calls
+    assert sum("== 2" in line for line in code) == 1, "\n".join(code)   # only inside the loop
+    check_function(f, (x,), (0,))
+    second_order_check(powers_by_cases, (x,), (True,))
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_numbers_rebound_by_data_or_loops_are_tested_as_they_run(sign):
+    x = sign * rng.uniform(0.5, 1.5, 3)
+    f = ad.function(numbers_changed_by_data_and_loops)
+    assert float(f(x).numpy()) == pytest.approx(numbers_changed_by_data_and_loops(x), rel=1e-13)
+    check_function(f, (x,), (0,))
+    second_order_check(numbers_changed_by_data_and_loops, (x,), (True,))
+
+
+def test_each_item_of_a_comprehension_decides_its_own_test():
+    x = rng.uniform(0.5, 1.5, 2)
+    f = ad.function(comprehension_name_tested)
+    assert float(f(x).numpy()) == pytest.approx(comprehension_name_tested(x), rel=1e-13)
+    check_function(f, (x,), (0,))
+    second_order_check(comprehension_name_tested, (x,), (True,))
+
+
+def test_builtins_of_constants_are_typed_as_numba_types_them():
+    """min/max of an int and a float are floats in Numba (Python keeps the int): folding keeps Numba's."""
+    def halves(x):
+        return x[0] * (7 // max(2, 1.5)) + x[1] * abs(-3) + min(4, 2)
+    x = rng.uniform(0.5, 1.5, 2)
+    from numba import njit
+    f = ad.function(halves)
+    assert float(f(x).numpy()) == pytest.approx(njit(halves)(x), rel=1e-15)
+    check_function(f, (x,), (0,))
