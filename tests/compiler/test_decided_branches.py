@@ -103,3 +103,33 @@ def test_builtins_of_constants_are_typed_as_numba_types_them():
     f = ad.function(halves)
     assert float(f(x).numpy()) == pytest.approx(njit(halves)(x), rel=1e-15)
     check_function(f, (x,), (0,))
+
+
+def _scaled(v, scale=None):
+    """An early return for an option left out, as helpers with optional arguments write it."""
+    if scale is None:
+        return v * 2.0
+    return v * scale
+
+
+def options_given_in_a_loop(x, w):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += np.sin(_scaled(x[i], w[i]))
+        if x[i] > 5.0:              # never, at the inputs below: the gradient sees both flags at work
+            continue
+        s += _scaled(x[i]) * w[i]
+    return s
+
+
+def test_a_return_in_a_branch_that_is_not_compiled_guards_nothing():
+    """`_scaled(x[i], w[i])` decides `scale is None` False: its first `return` is never lowered, so the
+    statements after it need no flag, in the forward nor as a condition saved per iteration for the
+    adjoint; `_scaled(x[i])` returns at once. The `continue` on data still guards the rest of the loop."""
+    x, w = rng.uniform(0.5, 1.5, 5), rng.uniform(0.5, 1.5, 5)
+    f = ad.function(options_given_in_a_loop)
+    assert float(f(x, w).numpy()) == pytest.approx(options_given_in_a_loop(x, w), rel=1e-13)
+    forward = ad.show_source(f, "forward")
+    assert "_scaled_returned" not in forward and "not skip" in forward, forward
+    check_function(f, (x, w), (0, 1))
+    second_order_check(options_given_in_a_loop, (x, w), (True, True))

@@ -280,6 +280,16 @@ def _plain_number(v):
     return float(v)
 
 
+def _same_number(a, b):
+    """Are `a` and `b` the same Const (of the same type: 1 and 1.0 and True are three)?"""
+    return isinstance(a, Const) and isinstance(b, Const) and type(a.value) is type(b.value) and a.value == b.value
+
+
+def _same_numbers(a, b):
+    """What two ways of reaching a point (`ctx.numbers` along each) both know there."""
+    return {n: v for n, v in a.items() if _same_number(v, b.get(n))}
+
+
 def _unified(value, args):
     return float(value) if any(type(a) is float for a in args) else value
 
@@ -449,9 +459,9 @@ class _Lowerer:
             self.stmt(s)
             if self.always_returns(s):
                 return               # the rest never runs (and may not even type: `if w is None: return`)
-            flags = self.jump_flags(s)
+            flags = [f for f in self.jump_flags(s) if not _same_number(self.ctx.numbers.get(f), Const(False))]
             rest = stmts[k + 1:]
-            if flags and rest:
+            if flags and rest:      # (a flag still False here: its `break`, `continue` or `return` was not lowered)
                 self.at(rest[0])
                 go = self.guard(flags)
                 body = self.sub_block(rest)
@@ -486,20 +496,19 @@ class _Lowerer:
 
     def stmt(self, s):
         """Lowers `s`, keeping `ctx.numbers` true after it: a name a loop binds holds no known number in
-        the loop (it is read from the last iteration), nor after a loop or an undecided branch that binds it."""
+        the loop (it is read from the last iteration); after a loop, a name holds what it held before
+        only where the body leaves it so (`_same_numbers`; an `If` meets its branches itself)."""
         method = getattr(self, "stmt_" + type(s).__name__, None)
         if method is None:
             raise self.err(s, f"`{type(s).__name__}` statement", "see docs/subset.md for the supported subset")
-        if not hasattr(s, "body"):
+        if not hasattr(s, "body") or isinstance(s, ast.If):
             method(s)
             return
         written = {self.local(n) for n in _assigned_names([s])}
-        if not isinstance(s, ast.If):
-            self.ctx.numbers = {n: v for n, v in self.ctx.numbers.items() if n not in written}
-        before = dict(self.ctx.numbers)
+        before = {n: v for n, v in self.ctx.numbers.items() if n not in written}
+        self.ctx.numbers = dict(before)
         method(s)
-        if not (isinstance(s, ast.If) and self.constant_test(s.test) is not None):
-            self.ctx.numbers = {n: v for n, v in before.items() if n not in written}
+        self.ctx.numbers = _same_numbers(before, self.ctx.numbers)
 
     def stmt_Pass(self, s):
         pass
@@ -696,8 +705,9 @@ class _Lowerer:
         origin = self.origin
         before = dict(self.ctx.numbers)
         body = self.sub_block(s.body)
-        self.ctx.numbers = before
+        after_body, self.ctx.numbers = self.ctx.numbers, before
         orelse = self.sub_block(s.orelse)
+        self.ctx.numbers = _same_numbers(after_body, self.ctx.numbers)
         self.emit(If(cond, body, orelse, origin))
 
     def stable(self, atom, body):
@@ -1942,11 +1952,14 @@ class _Lowerer:
         if rule is not None:
             outs, is_tuple = self.through_rule(rule, info.name, args, node)
             return Tuple(tuple(outs)) if is_tuple else outs[0]
-        return self.inline_bound(callee, info, params, args, node)
+        assigned = _assigned_names(info.tree.body)
+        known = {p for p, a in zip(params, args) if p not in assigned and isinstance(a, (Subscript, Attribute))}
+        return self.inline_bound(callee, info, params, args, node, given=known)
 
     def inline_bound(self, callee, info, params, args, node, rule=False, given=frozenset()):
         """The inlined body of `callee` (parsed as `info`) for the arguments `args` of its `params`;
-        `rule`: it is a custom rule (`through_rule`); `given`: parameters whose `is None` tests are False."""
+        `rule`: it is a custom rule (`through_rule`); `given`: parameters whose `is None` tests are False
+        (passed an element or a view of an array, or a value where the default is None)."""
         k = self.ctx.sites.get(info.name, 0) + 1
         self.ctx.sites[info.name] = k
         prefix = info.name if k == 1 else f"{info.name}{k}"
