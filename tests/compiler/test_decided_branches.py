@@ -115,7 +115,7 @@ def _scaled(v, scale=None):
 def options_given_in_a_loop(x, w):
     s = 0.0
     for i in range(x.shape[0]):
-        s += np.sin(_scaled(x[i], w[i]))
+        s += np.sin(_scaled(x[i], 1.5)) * w[i]
         if x[i] > 5.0:              # never, at the inputs below: the gradient sees both flags at work
             continue
         s += _scaled(x[i]) * w[i]
@@ -123,7 +123,7 @@ def options_given_in_a_loop(x, w):
 
 
 def test_a_return_in_a_branch_that_is_not_compiled_guards_nothing():
-    """`_scaled(x[i], w[i])` decides `scale is None` False: its first `return` is never lowered, so the
+    """`_scaled(x[i], 1.5)` decides `scale is None` False: its first `return` is never lowered, so the
     statements after it need no flag, in the forward nor as a condition saved per iteration for the
     adjoint; `_scaled(x[i])` returns at once. The `continue` on data still guards the rest of the loop."""
     x, w = rng.uniform(0.5, 1.5, 5), rng.uniform(0.5, 1.5, 5)
@@ -133,3 +133,42 @@ def test_a_return_in_a_branch_that_is_not_compiled_guards_nothing():
     assert "_scaled_returned" not in forward and "not skip" in forward, forward
     check_function(f, (x, w), (0, 1))
     second_order_check(options_given_in_a_loop, (x, w), (True, True))
+
+
+def _doubled_or_tripled(v, flag):
+    if flag is None:
+        return v * 2.0
+    return v * 3.0
+
+
+def option_in_a_tuple(x, options):
+    """An item of a tuple argument may be None: a helper passed it tests it as it runs."""
+    return np.sum(_doubled_or_tripled(x, options[0])) * options[1]
+
+
+def many_comprehensions(x):
+    """Comprehensions whose `if` tests and ternaries are copied while lowering, tests of a known number and
+    of data among them: each decided from its own node (a copy freed earlier frees its id for another)."""
+    k = 1
+    n = x.shape[0]
+    a0 = np.array([x[i] if x[i] > 0.2 else 0.0 for i in range(n)])
+    a1 = np.array([x[i] for i in range(n) if k == 1])
+    a2 = np.array([x[i] + 1.0 for i in range(n) if k != 2])
+    a3 = np.array([x[i] for i in range(n) if x[i] > 0.0])
+    a4 = np.array([x[i] * 3.0 for i in range(n) if x[i] < 0.5])
+    a5 = np.array([x[i] if x[i] > 0.2 else 0.0 for i in range(n)])
+    return np.sum(a0 * a0) + np.sum(a1 * a1) + np.sum(a2 * a2) + np.sum(a3 * a3) + np.sum(a4 * a4) + np.sum(a5 * a5)
+
+
+def test_an_item_of_a_tuple_is_tested_for_none_as_it_runs():
+    x = rng.uniform(0.5, 1.5, 4)
+    f = ad.function(option_in_a_tuple)
+    assert float(f(x, (None, 2.0)).numpy()) == pytest.approx(option_in_a_tuple(x, (None, 2.0)), rel=1e-13)
+    check_function(f, (x, (None, 2.0)), (0,))
+
+
+def test_tests_of_comprehensions_are_decided_each_from_its_own_node():
+    x = np.array([0.3, 0.7, -0.2, 0.4, 0.1, -0.6])
+    f = ad.function(many_comprehensions)
+    assert float(f(x).numpy()) == pytest.approx(many_comprehensions(x), rel=1e-13)
+    check_function(f, (x,), (0,))

@@ -336,7 +336,7 @@ class _Lowerer:
         self.given = frozenset()     # parameters passed something else, where that decides `is None` tests
         self.helper = helper
         self.call_path = call_path   # this inlined call of a helper (Origin.call)
-        self.known = {}              # id of a test's AST node -> its value when made of constants, or None
+        self.known = {}              # id of a test's AST node -> (the node, its value when made of constants, or None)
         self.out = []
         self.loops = []              # (break flag, continue flag) of the enclosing loops
         self.ret_flag = None
@@ -670,9 +670,10 @@ class _Lowerer:
     def constant_test(self, node):
         """The truth value of a test made of constants only (None when it depends on data); asked once
         per test."""
-        if id(node) not in self.known:
-            self.known[id(node)] = self._constant_test(node)
-        return self.known[id(node)]
+        known = self.known.get(id(node))
+        if known is None or known[0] is not node:      # (kept with the node: a copied test, freed, frees its id)
+            known = self.known[id(node)] = (node, self._constant_test(node))
+        return known[1]
 
     def _constant_test(self, node):
         """Reads the locals that hold a known number here as that number (`if power == 1:` after
@@ -1952,14 +1953,11 @@ class _Lowerer:
         if rule is not None:
             outs, is_tuple = self.through_rule(rule, info.name, args, node)
             return Tuple(tuple(outs)) if is_tuple else outs[0]
-        assigned = _assigned_names(info.tree.body)
-        known = {p for p, a in zip(params, args) if p not in assigned and isinstance(a, (Subscript, Attribute))}
-        return self.inline_bound(callee, info, params, args, node, given=known)
+        return self.inline_bound(callee, info, params, args, node)
 
     def inline_bound(self, callee, info, params, args, node, rule=False, given=frozenset()):
         """The inlined body of `callee` (parsed as `info`) for the arguments `args` of its `params`;
-        `rule`: it is a custom rule (`through_rule`); `given`: parameters whose `is None` tests are False
-        (passed an element or a view of an array, or a value where the default is None)."""
+        `rule`: it is a custom rule (`through_rule`); `given`: parameters whose `is None` tests are False."""
         k = self.ctx.sites.get(info.name, 0) + 1
         self.ctx.sites[info.name] = k
         prefix = info.name if k == 1 else f"{info.name}{k}"
