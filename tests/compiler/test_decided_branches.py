@@ -172,3 +172,29 @@ def test_tests_of_comprehensions_are_decided_each_from_its_own_node():
     f = ad.function(many_comprehensions)
     assert float(f(x).numpy()) == pytest.approx(many_comprehensions(x), rel=1e-13)
     check_function(f, (x,), (0,))
+    second_order_check(many_comprehensions, (x,), (True,))
+
+
+def _case_of(x, n):
+    if n == 2:
+        return x * x
+    return x * 3.0
+
+
+def numbers_passed_by_name(A, x):
+    """A helper's parameter stands for the caller's local, which holds a number; `abs(p)` of it too."""
+    p = 2
+    q = p + 1
+    power = 5
+    return np.sum(_case_of(x, p)) + np.sum(_case_of(x, q)) + np.sum(np.linalg.matrix_power(A, power))
+
+
+def test_a_number_passed_by_name_decides_the_helpers_tests():
+    A = np.eye(3) + 0.05 * rng.normal(size=(3, 3))
+    x = rng.uniform(0.5, 1.5, 3)
+    f = ad.function(numbers_passed_by_name)
+    assert float(f(A, x).numpy()) == pytest.approx(numbers_passed_by_name(A, x), rel=1e-13)
+    code = [line for line in ad.show_source(f, "forward").splitlines() if not line.strip().startswith("#")]
+    assert sum("==" in line for line in code) == 1, "\n".join(code)     # matrix_power's `power % 2 == 1` alone
+    check_function(f, (A, x), (0, 1))
+    second_order_check(numbers_passed_by_name, (A, x), (True, True))

@@ -290,6 +290,20 @@ def _same_numbers(a, b):
     return {n: v for n, v in a.items() if _same_number(v, b.get(n))}
 
 
+def _with_numbers(e, numbers):
+    """IR expression `e` with the locals that hold `numbers` read as them, folded where that makes it a
+    constant (`abs(p)` where p holds 5 is 5)."""
+    if isinstance(e, Name):
+        return numbers.get(e.id, e)
+    if isinstance(e, (BinOp, Compare)):
+        return folded(replace(e, left=_with_numbers(e.left, numbers), right=_with_numbers(e.right, numbers)))
+    if isinstance(e, UnaryOp):
+        return folded(replace(e, operand=_with_numbers(e.operand, numbers)))
+    if isinstance(e, Call) and e.fn in _FOLDED_CALLS:
+        return folded(replace(e, args=tuple(_with_numbers(a, numbers) for a in e.args)))
+    return e
+
+
 def _unified(value, args):
     return float(value) if any(type(a) is float for a in args) else value
 
@@ -371,8 +385,9 @@ class _Lowerer:
             self.ctx.ints.add(target)
         else:
             self.ctx.ints.discard(target)
-        if isinstance(value, Const) and isinstance(value.value, (bool, int, float)):
-            self.ctx.numbers[target] = value
+        number = _with_numbers(value, self.ctx.numbers)
+        if isinstance(number, Const) and isinstance(number.value, (bool, int, float)):
+            self.ctx.numbers[target] = number
         else:
             self.ctx.numbers.pop(target, None)
         self.emit(Assign(target, value, self.origin))
@@ -674,6 +689,13 @@ class _Lowerer:
         if known is None or known[0] is not node:      # (kept with the node: a copied test, freed, frees its id)
             known = self.known[id(node)] = (node, self._constant_test(node))
         return known[1]
+
+    def known_number(self, atom):
+        """`atom`, or the number it holds here while a test is decided (a local of this body, or the
+        caller's local a helper's parameter stands for)."""
+        if self.deciding and isinstance(atom, Name):
+            return self.ctx.numbers.get(atom.id, atom)
+        return atom
 
     def _constant_test(self, node):
         """Reads the locals that hold a known number here as that number (`if power == 1:` after
@@ -1058,16 +1080,14 @@ class _Lowerer:
                 not self.is_local(n) and resolve(self.info, n)[0] == "function":
             raise self.err(node, f"function `{n}` used as a value", "call it, or pass it to a function it calls")
         if n in self.subst:
-            return self.subst[n]
+            return self.known_number(self.subst[n])
         if n in self.rename and self.rename[n] in self.ctx.lists:
             return self.list_value(self.ctx.lists[self.rename[n]], n)
         if n in self.rename:
             elems = self.ctx.tuples.get(self.rename[n])
             if elems is not None:
                 return Tuple(tuple(Name(e) for e in elems))
-            if self.deciding and self.rename[n] in self.ctx.numbers:
-                return self.ctx.numbers[self.rename[n]]
-            return Name(self.rename[n])
+            return self.known_number(Name(self.rename[n]))
         kind = resolve(self.info, n)
         if kind[0] == "const":
             return Const(_plain_number(kind[1]))
