@@ -776,6 +776,7 @@ class _Lowerer:
         if brk:
             self.assign(brk, Const(False))
         k = self.temp(start, "k")
+        self.ctx.numbers.pop(k.id, None)     # (the count the body reads changes every iteration)
         cmp = "<" if step.value > 0 else ">"
         more = self.temp(Compare(cmp, k, stop), "more")
         self.loops.append((brk, cont))
