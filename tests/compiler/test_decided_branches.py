@@ -198,3 +198,30 @@ def test_a_number_passed_by_name_decides_the_helpers_tests():
     assert sum("==" in line for line in code) == 1, "\n".join(code)     # matrix_power's `power % 2 == 1` alone
     check_function(f, (A, x), (0, 1))
     second_order_check(numbers_passed_by_name, (A, x), (True, True))
+
+
+def _first_above(x, level):
+    """An index returned from inside a loop, or -1 after it: the -1 is bound only where no return ran."""
+    for i in range(x.shape[0]):
+        if x[i] > level:
+            return i
+    return -1
+
+
+def results_of_early_returns(x):
+    j = _first_above(x, 0.35)
+    k = _first_above(x, 5.0)
+    s = x[0] * x[1]
+    if k == -1:
+        s += x[0] * x[0]
+    if j >= 0:
+        s += x[j] * 2.0
+    return s
+
+
+def test_a_result_bound_after_an_early_return_is_not_known_where_the_return_ran():
+    x = np.array([0.3, 0.7, 0.2, 0.4])
+    f = ad.function(results_of_early_returns)
+    assert float(f(x).numpy()) == pytest.approx(results_of_early_returns(x), rel=1e-13)
+    check_function(f, (x,), (0,))
+    second_order_check(results_of_early_returns, (x,), (True,))

@@ -479,7 +479,9 @@ class _Lowerer:
             if flags and rest:      # (a flag still False here: its `break`, `continue` or `return` was not lowered)
                 self.at(rest[0])
                 go = self.guard(flags)
+                before = dict(self.ctx.numbers)
                 body = self.sub_block(rest)
+                self.ctx.numbers = _same_numbers(before, self.ctx.numbers)     # (the rest may not run)
                 self.emit(If(go, body, [], self.origin))
                 return
 
