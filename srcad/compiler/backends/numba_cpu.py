@@ -139,8 +139,10 @@ def _lowered(fn, s, copying):
     drop = Assign(stack.top, BinOp("-", top, Const(1)), s.origin)
     value = Subscript(buf, (top,))
     if copied:
-        value = Call("popped_array", (buf, Name(stack.objects), top, Const(stack.item.ndim)))
-        return [_popped_into(s, value), Assign(stack.top, Call("height_before_pop", (buf, top)), s.origin)]
+        kept = Call("kept_object", (buf, Name(stack.objects), top))
+        return [If(Call("popped_object", (buf, top)), [_popped_into(s, kept)],
+                   [_popped_into(s, Call("popped_array", (buf, top, Const(stack.item.ndim))))], s.origin),
+                Assign(stack.top, Call("height_before_pop", (buf, top)), s.origin)]
     return [drop, _popped_into(s, value)]
 
 
@@ -151,21 +153,29 @@ def _popped_into(pop, value):
 
 
 def _copy_pushed(fn, push, stack):
-    """A push onto a stack of arrays kept as copies in one buffer (`runtime.push_array`). A region's
-    copy made only to be pushed is not made: the push copies the region (or, too big to copy, keeps
-    a copy of it as an object), where a rebound name's array is kept as it is."""
-    value, as_is = push.value, True
+    """A push onto a stack of arrays kept as copies in one buffer (`runtime.push_array`; one too big to
+    copy kept as an object in the list beside it, `runtime.keep_object`). A region's copy made only to
+    be pushed is not made: the push copies the region (or keeps a copy of it as an object), where a
+    rebound name's array is kept as it is. The buffer grows, and the list is touched, only in the
+    branches that need them."""
+    value, copied = push.value, False
     if isinstance(value, Call) and value.fn == ".copy":
-        value, as_is = value.args[0], False
+        value, copied = value.args[0], True
     out = []
     if not isinstance(value, Name):
         bound = fn.names.fresh(f"{push.stack}_item")
         fn.types[bound] = type_of(fn, value)
         out, value = [Assign(bound, value, push.origin)], Name(bound)
-    buf, top = Name(push.stack), Name(stack.top)
-    return out + [Assign(push.stack, Call("push_array", (buf, Name(stack.objects), top, value, Const(as_is))),
-                         push.origin),
-                  Assign(stack.top, Call("height_after_push", (top, value)), push.origin)]
+    kept = Call(".copy", (value,)) if copied else value
+    buf, top, o = Name(push.stack), Name(stack.top), push.origin
+    height = fn.names.fresh(f"{stack.top}_after")
+    fn.types[height] = nt.intp
+    grown = Assign(push.stack, Call("grow", (buf, Name(height))), o)
+    keep = Effect(Call("keep_object", (buf, Name(stack.objects), top, kept)), o)
+    return out + [Assign(height, Call("height_after_push", (top, value)), o),
+                  If(Compare(">", Name(height), Call("len", (buf,))), [grown], [], o),
+                  If(Call("kept_as_object", (value,)), [keep], [Effect(Call("push_array", (buf, top, value)), o)], o),
+                  Assign(stack.top, Name(height), o)]
 
 
 # ---- accumulations through index arrays ----------------------------------------------------------------
