@@ -83,7 +83,8 @@ def rotating(x, n):
 
 
 def varying_lengths(w, n):
-    """Arrays on both sides of the copy limit on one stack, and the state `h` above it."""
+    """Arrays on both sides of the copy limit on one stack (`e`, 1 to 663 elements; the adjoint reads the
+    exponentials kept, so the state `h` above the limit is not saved)."""
     h = w * 0.5
     total = 0.0
     for i in range(n):
@@ -156,7 +157,7 @@ def _check_twice(fn, args, active, what):
 def test_arrays_on_both_sides_of_the_copy_limit_on_one_stack():
     w = rng.uniform(-1.0, 1.0, 700)
     t = _transformed(varying_lengths, (w, 9), (0,))
-    assert {"e_stack", "h_stack"} <= set(_copied_stacks(t))
+    assert "e_stack" in _copied_stacks(t) and "h_stack" not in t.source("forward")
     _check_twice(varying_lengths, (w, 9), (0,), "varying_lengths")
     second_order_check(varying_lengths, (w[:40], 9), (True, False))
 

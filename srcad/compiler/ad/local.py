@@ -122,7 +122,7 @@ class LocalAdjoints:
         v, ty = s.value, self.fn.types.get(s.target)
         if not has_result_partial(v):
             return None
-        if s.target in names_in(v) or s.target in self.shape_varying or ty != result_type(self.fn, v):
+        if s.target in names_in(v) or ty != result_type(self.fn, v):
             return None
         return s.target if kept_is_cheaper(s.target, v, self.overwritten) else None
 

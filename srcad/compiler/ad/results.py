@@ -9,9 +9,9 @@ keeps that value like any other. The same holds for the `exp` inside a
 sigmoid `1.0 / (1.0 + math.exp(-z))`: the value saved is the exponential, not
 `z`, and no exponential is computed again. Calls on arrays are named too
 (`np.tanh(g)` of a vector: a library call per element, where the saved result
-costs a load), except where the named array would change shape from one
-iteration to the next: the adjoint of such an array is made again with each
-shape, and does not read its result (`LocalAdjoints.result_read`).
+costs a load), an array whose shape may change from one iteration to the
+next too (its adjoint, made again with each shape, is made after the earlier
+binding is back: `reverse.py`).
 
 Only on a target that keeps results (`saving.Policy.keeps_results`: a saved
 value costs less than a call there), for calls with an active argument
@@ -23,7 +23,7 @@ from ..analysis.types import type_of
 from ..ir import Accumulate, Assign, Name
 from ..ir.facts import Activity
 from ..ir.forms import leaves
-from ..ir.visit import all_blocks, map_children, names_in, rebuild, substitute
+from ..ir.visit import all_blocks, map_children, names_in, rebuild
 from .local import is_active_atom, result_type, value_type
 from .rules import has_result_partial
 from .saving import loop_facts
@@ -35,7 +35,6 @@ def name_results(fn, policy):
         return fn
     activity = fn.facts.of(Activity)
     facts = loop_facts(fn)
-    made = []
     overwritten = set(facts.overwritten)
     for block in all_blocks(fn.body):
         out = []
@@ -43,33 +42,9 @@ def name_results(fn, policy):
             before = []
             if _is_active_value(s, activity.active):
                 s.value = _hoisted(fn, s, activity, before, overwritten, facts.innermost.get(s.uid) is not None)
-                made += [b.target for b in before]
             out += before + [s]
         block[:] = out
-    arrays = {t for t in made if isinstance(fn.types[t], nt.Array)}
-    if arrays:
-        _inline_back(fn, arrays & loop_facts(fn).shape_varying)
     return fn
-
-
-def _inline_back(fn, names):
-    """Undo the naming of the array results `names`: each call goes back into the value after it (the
-    statement it was taken out of, or the next call taken out of that statement)."""
-    for block in all_blocks(fn.body):
-        calls, kept = {}, []
-        for s in block:
-            if isinstance(s, (Assign, Accumulate)):
-                s.value = substitute(s.value, calls)
-                if isinstance(s, Assign) and s.target in names:
-                    calls[s.target] = s.value
-                    continue
-            kept.append(s)
-        block[:] = kept
-    activity = fn.facts.of(Activity)
-    for t in names:
-        del fn.types[t]
-        for found in (activity.varied, activity.useful, activity.active):
-            found.discard(t)
 
 
 def _is_active_value(s, active):

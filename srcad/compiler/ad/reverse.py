@@ -206,9 +206,12 @@ class _Reverse:
                 restore = [_copy(undo)]
             elif plan.saves(s, ctx):
                 restore = self._value_save(s, ctx, s.target)[1]
-            if self.local.result_read(s) is not None:      # its adjoint reads what it computed
-                return self.local.of(s) + restore
-            return restore + self.local.of(s)
+            if self.local.result_read(s) is None:
+                return restore + self.local.of(s)
+            adjoint = self.local.of(s)                       # it reads what `s` computed: before the restore
+            if s.target in plan.facts.shape_varying:         # but its adjoint is made again like the binding
+                return adjoint[:-1] + restore + adjoint[-1:]  # restored (`LocalAdjoints.zero`, last)
+            return adjoint + restore
         if written_array(s) is not None:
             return (self._region_save(s, ctx)[1] if plan.saves_region(s, ctx) else []) + self.local.of(s)
         if isinstance(s, (Accumulate, Pop, Push)):
