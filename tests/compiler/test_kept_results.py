@@ -222,3 +222,30 @@ def test_a_call_on_an_array_that_may_change_shape_in_a_loop_is_named_too(fn, arg
         assert not lines_calling(adjoint, call), (call, lines_calling(adjoint, call))
     check_function(f, args, tuple(k for k, a in enumerate(active) if a))
     second_order_check(fn, args, active)
+
+
+def mixed_widths(w, x, steps):
+    """A float32 vector made float64 by a float64 number (`1.0 + ...`, as Numba types it; an integer
+    keeps it float32), whose tanh is named in the loop."""
+    total = 0.0
+    for t in range(steps):
+        g = 1.0 / (1.0 + np.exp(-(w * x) * (t + 1)))
+        total += np.sum(g * np.tanh(x * g))
+    return total
+
+
+def test_a_named_result_has_the_type_numba_gives_mixed_widths():
+    w, x = rng.uniform(-0.8, 0.8, 6), rng.uniform(-1.0, 1.0, 6)
+    f = ad.function(mixed_widths)
+    grads = []
+    for dtype in (np.float32, np.float64):
+        vs = [ad.Variable(a.astype(dtype)) for a in (w, x)]
+        with ad.GradientTape() as tape:
+            y = f(*vs, 3)
+        grads.append([g.numpy() for g in tape.gradient(y, vs)])
+    assert "tanh_result" in ad.show_source(f, "forward", w.astype(np.float32), x.astype(np.float32), 3)
+    for g32, g64 in zip(*grads):
+        assert g32.dtype == np.float32
+        np.testing.assert_allclose(g32, g64, rtol=2e-4, atol=1e-5)
+    check_function(f, (w, x, 3), (0, 1))
+    second_order_check(mixed_widths, (w, x, 3), (True, True, False))

@@ -17,7 +17,9 @@ are what the save analysis keeps available (`reads`).
 """
 from functools import reduce
 
+import numpy as np
 from numba.core import types as nt
+from numba.np import numpy_support
 
 from ..analysis.types import gather_axis, index_array, rank, type_of
 from ..errors import TransformError, problem, where
@@ -413,9 +415,10 @@ def value_type(fn, e):
     """The type of an elementwise value of `fn`: an array of its leaves' largest rank, else a float."""
     found = [type_of(fn, a) for a in leaves(e)] if is_tree(e, is_elementwise) or is_atom(e) else []
     arrays = [t for t in found if isinstance(t, nt.Array)]
-    if arrays:
-        return max(arrays, key=lambda t: t.ndim)
     floats = [t for t in found if isinstance(t, nt.Float)]
+    if arrays:          # as Numba types it: a float64 number makes float32 arrays float64, an integer does not
+        dtypes = [numpy_support.as_dtype(t.dtype) for t in arrays] + [numpy_support.as_dtype(t) for t in floats]
+        return max(arrays, key=lambda t: t.ndim).copy(dtype=numpy_support.from_dtype(np.result_type(*dtypes)))
     return floats[0] if floats else nt.float64
 
 
