@@ -15,6 +15,8 @@ from numba.extending import get_cython_function_address, overload
 from numba.np.unsafe.ndarray import to_fixed_tuple
 from numba.np.ufunc.parallel import _iget_num_threads
 
+from .vector_math import vector_exp, vector_tanh  # noqa: F401 (generated code imports them from here)
+
 # What generated code imports from here, by these names (user names that collide are renamed).
 EXPORTS = ("add_at", "check_index", "check_loop_index", "cotangent_times", "det_sign", "diag_like", "eigenvectors",
            "fail", "finite_or_zero", "frozen_array", "grow", "height_after_push", "height_before_pop", "keep_object",
@@ -26,7 +28,7 @@ EXPORTS = ("add_at", "check_index", "check_loop_index", "cotangent_times", "det_
            "right_eigenvectors", "right_singular_vectors", "rule_block", "rule_cotangents", "rule_curvature",
            "rule_midpoint", "rule_slope", "rule_step", "rule_vjp", "shape_differs", "singular_values", "stop_gradient",
            "store_row", "sum_into", "thread_buffer", "thread_count", "tile", "tile_like", "trip_count", "undiff",
-           "unsort", "untile")
+           "unsort", "untile", "vector_exp", "vector_tanh")
 
 _helper = numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 

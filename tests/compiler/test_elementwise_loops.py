@@ -1,6 +1,7 @@
 """Elementwise array statements run as loops over their elements (`opt/elementwise.py`): the code
-compiled has the loops; the gradients agree with finite differences at first and second order, and bit
-for bit with the same functions compiled as NumPy operations (a target whose policy leaves them); a
+compiled has the loops; the gradients agree with finite differences at first and second order, and to
+rounding with the same functions compiled as NumPy operations (a target whose policy leaves them: bit for
+bit but for the loops' exp and tanh, `compiler/vector_math.py`'s, within 3 ulp of NumPy's); a
 broadcast the loop cannot take runs the statement as written, error included."""
 import dataclasses
 import math
@@ -121,13 +122,13 @@ def _gradients(target, fn, args):
 @pytest.mark.parametrize("fn, args", [(recurrent, (W, U, H0)), (centred, (X, M, 0.7)), (cell_steps, (np.concatenate((W, U)), H0)),
                                       (log_sum_exp_rows, (X,))],
                          ids=["recurrent", "centred", "cell_steps", "log_sum_exp_rows"])
-def test_gradients_against_finite_differences_and_bit_for_bit_against_numpy_operations(fn, args):
+def test_gradients_against_finite_differences_and_numpy_operations(fn, args):
     check_function(ad.function(fn), args, tuple(range(len(args))))
     if fn in (recurrent, cell_steps, log_sum_exp_rows):   # the gradient function, compiled again, runs loops too
         second_order_check(fn, args, (True,) * len(args))
     looped, numpy = _gradients("cpu", fn, args), _gradients(CPUWithoutLoops.name, fn, args)
     for a, b in zip(looped, numpy):
-        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(a, b, rtol=1e-14, atol=1e-15)   # a loop's exp is `vector_math`'s (1 ulp)
 
 
 def test_an_adjoint_made_again_in_a_loop_is_zeroed_in_its_memory_and_a_mask_is_read_in_a_loop():
@@ -199,12 +200,23 @@ def test_an_array_the_value_reads_at_another_place_is_not_written_by_a_loop():
     assert "for e in range(d.shape[0]):" in function_text(fn) and "d[e] += d[e] * v[e]" in function_text(fn)
 
 
+def gate_steps(w, h0):
+    """A sigmoid of an argument in a loop: its exp reads a value that stays, so the adjoint computes it
+    again rather than keep it (`local.kept_is_cheaper`)."""
+    h = h0.copy()
+    for t in range(3):
+        sig = 1.0 / (1.0 + np.exp(-w))
+        h = h * sig + 0.5
+    return np.sum(h * h)
+
+
 def test_temporaries_only_the_next_statement_reads_go_into_its_loop():
-    """The adjoint of a sigmoid reads `exp(-g)` twice: `share` binds it (and `-g`) to temporaries, which go
+    """The adjoint of a sigmoid reads `exp(-w)` twice: `share` binds it (and `-w`) to temporaries, which go
     into the loop of the one statement that reads them, computed once per element there."""
-    _, adjoint, _ = _sources(cell_steps, (np.concatenate((W, U)), H0))
-    looped = [line for line in adjoint.splitlines() if "np.exp(" in line and "[e" in line]
-    assert len(looped) == 1 and "exp_here = np.exp(-" in looped[0], adjoint
+    _, adjoint, _ = _sources(gate_steps, (0.3 * H0, H0))
+    check_function(ad.function(gate_steps), (0.3 * H0, H0), (0, 1))
+    looped = [line for line in adjoint.splitlines() if "vector_exp(" in line and "[e" in line]
+    assert len(looped) == 1 and "exp_here = vector_exp(-" in looped[0], adjoint
     assert "exp_of" not in adjoint and "np.empty((view" not in adjoint, adjoint
 
 
@@ -227,8 +239,8 @@ def test_a_temporary_read_elsewhere_stays_an_array():
 
 
 def tanh_products(a, b):
-    """`math.tanh(a[i])` (and `np.tanh(c)` of arrays) read by the adjoint's statements for both factors
-    of a product: computed once for both."""
+    """`math.tanh(a[i])` read by the adjoint's statements for both factors of a product: computed once
+    for both; `np.tanh(c)` of a vector rebound in the loop: kept, not computed again."""
     total = 0.0
     c = b * 1.0
     for i in range(a.shape[0]):
@@ -242,7 +254,7 @@ def test_a_mathematical_function_two_statements_read_is_computed_once():
     _, adjoint, _ = _sources(tanh_products, (a, b))
     code = [line for line in adjoint.splitlines() if not line.strip().startswith("#")]
     assert sum("math.tanh(" in line for line in code) == 1, adjoint
-    assert sum("np.tanh(c[" in line for line in code) == 1, adjoint
+    assert not any("tanh(c" in line for line in code) and "tanh_result" in adjoint, adjoint
     check_function(ad.function(tanh_products), (a, b), (0, 1))
     second_order_check(tanh_products, (a, b), (True, True))
 

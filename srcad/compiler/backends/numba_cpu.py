@@ -20,6 +20,7 @@ import stat
 import textwrap
 import threading
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numba
@@ -34,9 +35,10 @@ from ..ad.parallel import serial_where_unsafe
 from ..ad.saving import CPU
 from ..analysis.types import gather_axis, index_array, type_of
 from ..ir import (Accumulate, Assign, BinOp, Call, Compare, Const, Effect, For, Global, If, Name, Pop, Push, Reserve,
-                  Store, Subscript, TypeRef)
+                  Store, Subscript, TypeRef, UnaryOp)
+from ..ir.forms import is_atom
 from ..ir.printer import Printer, Writer
-from ..ir.visit import all_blocks, clone, walk
+from ..ir.visit import all_blocks, clone, map_exprs, names_in, own_exprs, rewrite_top_down, subexpressions, walk
 from ..runtime import EXPORTS
 from .base import Backend
 from .cache import _discard, import_source, warn_once
@@ -206,6 +208,76 @@ def _scatter_add(fn, s):
 
 # ---- printing ---------------------------------------------------------------------------------------
 
+# exp and tanh of a float64 number, as `vector_math` computes them, in loops that vectorise
+VECTOR_MATH = {"np.exp": "vector_exp", "math.exp": "vector_exp", "np.tanh": "vector_tanh", "math.tanh": "vector_tanh"}
+_ARITHMETIC = frozenset({"+", "-", "*", "/", "**"})
+
+
+def with_vector_math(fn):
+    """`fn`, or a copy of it (its statements copied) whose elementwise loops (`_elementwise_loop`) call
+    `vector_math`'s exp and tanh of float64 numbers: this target's spelling of them, in every function
+    it prints. Elsewhere (a sum of exps, say) no loop is widened, and the C library's exp, one number
+    at a time, costs less (4.3 ns against 6.9 ns)."""
+    loops = [s for s in walk(fn.body) if _elementwise_loop(s)]
+    if not any(_vector_math_call(fn, e) for loop in loops for t in loop.body for x in own_exprs(t)
+               for e in subexpressions(x)):
+        return fn
+
+    def spelled(e):
+        if _vector_math_call(fn, e):
+            return Call(VECTOR_MATH[e.fn], tuple(rewrite_top_down(a, spelled) for a in e.args))
+        return None
+    body = clone(fn.body)
+    for loop in walk(body):
+        if _elementwise_loop(loop):
+            for t in loop.body:
+                map_exprs(t, lambda e: rewrite_top_down(e, spelled))
+    return replace(fn, body=body)
+
+
+def _elementwise_loop(s):
+    """Is `s` a loop whose iterations carry nothing from one to the next: each writes elements
+    (`a[i] = v`, `a[i] += v`) from temporaries it binds before reading them, and nothing else?"""
+    if not isinstance(s, For):
+        return False
+    temporaries = {t.target for t in s.body if isinstance(t, Assign)}
+    bound = set()
+    for t in s.body:
+        if not isinstance(t, (Assign, Store, Accumulate)) or \
+                isinstance(t, Accumulate) and not isinstance(t.target, Subscript):
+            return False
+        if any(names_in(e) & temporaries - bound for e in own_exprs(t)):
+            return False           # a value of the iteration before
+        if isinstance(t, Assign):
+            bound.add(t.target)
+    return True
+
+
+def _vector_math_call(fn, e):
+    return isinstance(e, Call) and e.fn in VECTOR_MATH and len(e.args) == 1 and not e.keywords and \
+        _float64_number(fn, e.args[0])
+
+
+def _float64_number(fn, e):
+    """Is `e` arithmetic on numbers (no array) that gives a float64: some float64 in it, no float32?"""
+    def kinds(x):
+        if isinstance(x, Const):
+            return {"float"} if isinstance(x.value, float) else {"int"} if type(x.value) is int else {"other"}
+        if is_atom(x):
+            ty = type_of(fn, x)
+            return {"float"} if ty == nt.float64 else {"int"} if isinstance(ty, nt.Integer) else {"other"}
+        if isinstance(x, BinOp) and x.op in _ARITHMETIC:
+            return kinds(x.left) | kinds(x.right)
+        if isinstance(x, UnaryOp) and x.op in ("-", "+"):
+            return kinds(x.operand)
+        if isinstance(x, Call) and x.fn in VECTOR_MATH and len(x.args) == 1 and not x.keywords:
+            return kinds(x.args[0]) | {"float"}
+        return {"other"}
+    found = kinds(e)
+    return "float" in found and "other" not in found
+
+
+
 class _TypeNames:
     """Module-level aliases for the Numba types generated code names (typed-list items)."""
 
@@ -231,7 +303,7 @@ def _type_source(ty):
 
 def function_source(fn, prefix):
     """One generated function's text, as `ad.show_source` shows it."""
-    return Printer(fn.types, _TypeNames(f"T_{prefix}")).function(fn).text()
+    return Printer(fn.types, _TypeNames(f"T_{prefix}")).function(with_vector_math(fn)).text()
 
 
 def module_source(functions, prefix):
@@ -239,7 +311,7 @@ def module_source(functions, prefix):
     type_names = _TypeNames(f"T_{prefix}")
     body = Writer()
     for fn in functions:
-        Printer(fn.types, type_names).function(fn, body)
+        Printer(fn.types, type_names).function(with_vector_math(fn), body)
         body.line(0, "")
         body.line(0, "")
     head = HEADER + type_names.definitions() + "\n\n"
