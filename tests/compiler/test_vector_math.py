@@ -16,6 +16,7 @@ import srcad as ad
 from srcad.compiler.vector_math import vector_exp, vector_tanh
 from srcad.testing import check_function
 from test_ir import second_order_check
+from test_kept_results import mixed_widths
 
 rng = np.random.default_rng(5)
 
@@ -107,28 +108,9 @@ def test_elementwise_loops_call_them_and_a_sum_of_exps_does_not():
     second_order_check(gates, (w, x, 3), (True, True, False))
 
 
-def gated_steps(w, x, steps):
-    """A vector made again in each step from the arguments (an elementwise loop of the compiler's)."""
-    total = 0.0
-    for t in range(steps):
-        g = 1.0 / (1.0 + np.exp(-(w * x) * (t + 1)))
-        total += np.sum(g * np.tanh(x * g))
-    return total
-
-
 def test_float32_keeps_the_c_librarys():
+    """(Its gradients follow the float64 ones: test_kept_results.py, `mixed_widths`.)"""
     w, x = rng.uniform(-0.8, 0.8, 6), rng.uniform(-1.0, 1.0, 6)
-    f = ad.function(gated_steps)
+    f = ad.function(mixed_widths)
     assert "vector_exp(" in ad.show_source(f, "forward", w, x, 3)
     assert "vector_" not in ad.show_source(f, "forward", w.astype(np.float32), x.astype(np.float32), 3)
-    grads = []
-    for dtype in (np.float32, np.float64):
-        vs = [ad.Variable(a.astype(dtype)) for a in (w, x)]
-        with ad.GradientTape() as tape:
-            y = f(*vs, 3)
-        grads.append([g.numpy() for g in tape.gradient(y, vs)])
-    for a, b in zip(*grads):
-        assert a.dtype == np.float32
-        np.testing.assert_allclose(a, b, rtol=2e-4, atol=1e-5)
-    check_function(f, (w, x, 3), (0, 1))
-    second_order_check(gated_steps, (w, x, 3), (True, True, False))
