@@ -300,3 +300,25 @@ def test_names_bound_to_one_value_and_written_keep_arrays_of_their_own():
     with pytest.raises(ad.TransformError, match=r"written_through_a_flip .*`B\[0:1, :\] = 5.0` writes into `B` "
                                                  r"while `C` .*`C = np.flipud\(B\)`.*which shares its memory"):
         transform(written_through_a_flip, (numba.float64[:, ::1],), (True,))
+
+
+def rows_of_a_copy(w, state, n):
+    """Rows of a copy of an argument updated in a loop: the copy's adjoint is stored whole into the
+    argument's at the end (`d_state[:, :] = d_s`), which copies its elements and holds no view of it."""
+    s = state.copy()
+    total = 0.0
+    for t in range(n):
+        for r in range(s.shape[0]):
+            s[r] = np.tanh(s[r] * w[r]) + 0.5 * s[r]
+        total += np.sum(s * s)
+    return total
+
+
+def test_an_adjoint_stored_whole_into_an_array_still_gets_loops():
+    w, state = rng.uniform(-1.0, 1.0, (3, 4)), rng.uniform(-1.0, 1.0, (3, 4))
+    adjoint = ad.show_source(ad.function(rows_of_a_copy), "adjoint", w, state, 2)
+    assert "d_state[:, :] = d_s" in adjoint and "d_s[e" in adjoint, adjoint
+    assert not [line for line in adjoint.splitlines() if line.strip().startswith("sum_into(d_s[r]")
+                and not line.startswith(" " * 16)], adjoint         # only in the fallbacks, inside `else:`
+    check_function(ad.function(rows_of_a_copy), (w, state, 2), (0, 1))
+    second_order_check(rows_of_a_copy, (w, state, 2), (True, True, False))

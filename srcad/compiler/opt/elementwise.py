@@ -106,11 +106,11 @@ def _in_block(fn, stmts, own, uses, in_loop=False):
             continue
         else:
             for t in held:
-                fresh = _fresh_after(t, fresh)
+                fresh = _fresh_after(fn, t, fresh)
             fused = _with_temporaries(fn, s, held, uses, own | fresh)
             out.extend(fused or _emitted(fn, held, own | fresh) + (_as_loop(fn, s, own | fresh) or [s]))
             held = []
-        fresh = _fresh_after(s, fresh)
+        fresh = _fresh_after(fn, s, fresh)
     out.extend(_emitted(fn, held, own | fresh))
     stmts[:] = out
 
@@ -182,10 +182,10 @@ def _places(s):
     return []
 
 
-def _fresh_after(s, fresh):
+def _fresh_after(fn, s, fresh):
     """The arrays made anew and held by one name only, after `s`."""
     for t in [t for block in blocks(s) for t in walk(block)] + [s]:
-        fresh = fresh - held_after(t)
+        fresh = fresh - held_after(t, fn.types)
         if isinstance(t, Assign):
             fresh = fresh - {t.target} - viewed_by(t.value)
     if isinstance(s, Assign) and isinstance(s.value, Call) and s.value.fn in NEW_ARRAYS:

@@ -111,17 +111,19 @@ def _made_again_in_place(fn, arrays):
 
 def arrays_held_elsewhere(fn):
     """Arrays whose memory something besides their name may hold (`held_after`, anywhere in `fn`)."""
-    return set().union(*(held_after(s) for s in walk(fn.body)))
+    return set().union(*(held_after(s, fn.types) for s in walk(fn.body)))
 
 
-def held_after(s):
-    """The names whose array another holder may keep after `s`: a name bound to anything but a new array
-    (a value taken back from a stack, another name's array), an array stored whole or pushed, arrays
-    handed to a call made for its effect."""
+def held_after(s, types):
+    """The names whose array another holder may keep after `s` (of a function whose types are `types`): a
+    name bound to anything but a new array (a value taken back from a stack, another name's array), an
+    array pushed or stored whole into a container (a list), not into an array (that copies its elements),
+    arrays handed to a call made for its effect."""
     if isinstance(s, Assign):
         new = isinstance(s.value, Call) and s.value.fn in NEW_ARRAYS or isinstance(s.value, (BinOp, UnaryOp))
         return set() if new else {s.target}
-    if isinstance(s, (Store, Push)) and isinstance(s.value, Name):
+    if isinstance(s, Push) and isinstance(s.value, Name) or \
+            isinstance(s, Store) and isinstance(s.value, Name) and not isinstance(types.get(s.array), nt.Array):
         return {s.value.id}
     if isinstance(s, Effect) and s.call.fn not in KEEPS_NOTHING:
         return names_in(s.call)
