@@ -52,9 +52,11 @@ def test_the_adjoint_calls_no_function_whose_result_the_forward_kept(cells):
     forward = ad.show_source(cells, "forward", w, x)
     for fn in ("math.exp", "math.tanh", "math.sqrt"):
         assert not lines_calling(adjoint, fn), (fn, lines_calling(adjoint, fn))
-    # the calls inside larger expressions got names, and their values are kept as the loop overwrites them
-    assert "exp_result = math.exp(" in forward and "tanh_result = math.tanh(cell)" in forward
+    # the calls inside larger expressions got names, and their values are kept as the loop overwrites them;
+    # a sigmoid's partial is read from the sigmoid, and its exp is not kept
+    assert "exp_result" not in forward and "tanh_result = math.tanh(cell)" in forward
     assert "1.0 - tanh_result * tanh_result" in adjoint and "1.0 - cell * cell" in adjoint
+    assert "gate * (1.0 - gate)" in adjoint
     assert "0.5 / sqrt_result" in adjoint
 
 
@@ -200,7 +202,7 @@ def test_calls_on_arrays_are_named_and_their_results_read_by_the_adjoint():
     f = ad.function(array_cells)
     forward = ad.show_source(f, "forward", w, x, 4)
     adjoint = ad.show_source(f, "adjoint", w, x, 4)
-    assert "exp_result = np.exp(" in forward and "tanh_result = np.tanh(" in forward
+    assert "exp_result" not in forward and "tanh_result" in forward         # the sigmoid kept whole
     for fn in ("np.exp", "np.tanh", "np.sqrt"):
         assert not lines_calling(adjoint, fn), (fn, lines_calling(adjoint, fn))
     check_function(f, (w, x, 4), (0, 1))
@@ -249,3 +251,28 @@ def test_a_named_result_has_the_type_numba_gives_mixed_widths():
         np.testing.assert_allclose(g32, g64, rtol=2e-4, atol=1e-5)
     check_function(f, (w, x, 3), (0, 1))
     second_order_check(mixed_widths, (w, x, 3), (True, True, False))
+
+
+def sigmoids(w, x):
+    """Sigmoids written as code writes them: the whole of an assignment, inside a product (the sum either
+    way round, 1 or 1.0; exp(-x), and exp(-a * b), which is exp((-a) * b)), of arrays and of numbers."""
+    total = 0.0
+    h = x.copy()
+    for layer in range(w.shape[0]):
+        gate = 1.0 / (1.0 + np.exp(-(w[layer] * h)))
+        h = h * (1 / (np.exp(-h) + 1)) + gate
+        for i in range(h.shape[0]):
+            total += h[i] * (1.0 / (1.0 + math.exp(-h[i] * w[layer, i])))
+    return total
+
+
+def test_a_sigmoid_is_kept_whole_and_its_partial_read_from_it():
+    w, x = rng.uniform(-0.8, 0.8, (3, 5)), rng.uniform(-1.0, 1.0, 5)
+    f = ad.function(sigmoids)
+    forward, adjoint = ad.show_source(f, "forward", w, x), ad.show_source(f, "adjoint", w, x)
+    assert "sigmoid_result" in forward and "exp_result" not in forward
+    assert "gate * (1.0 - gate)" in adjoint or "gate[e" in adjoint
+    for call in ("np.exp", "vector_exp"):
+        assert not lines_calling(adjoint, call), (call, lines_calling(adjoint, call))
+    check_function(f, (w, x), (0, 1))
+    second_order_check(sigmoids, (w, x), (True, True))

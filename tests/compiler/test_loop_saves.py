@@ -24,7 +24,7 @@ rng = np.random.default_rng(3)
 
 
 def gated(w, h0, n):
-    """Per step and element, gates whose exp and tanh values the adjoint reads (an LSTM cell's shape)."""
+    """Per step and element, gates whose sigmoid and tanh values the adjoint reads (an LSTM cell's shape)."""
     h = h0.copy()
     c = np.zeros_like(h0)
     total = 0.0
@@ -64,11 +64,12 @@ def test_the_values_of_an_iteration_go_onto_one_stack():
     inner = forward[forward.index("for i in range"):forward.index("total +=")]
     stacks = _pushed_onto(inner)      # the scalars made in the loop, and the array elements it overwrites
     assert len(stacks) == 2 and all(re.fullmatch(r"saved_float64\d*", s) for s in stacks), inner
-    assert re.search(r"exp_result = math.exp\(.*\)\n\s*saved_float64\d*\[\w+\] = exp_result\n", inner), inner
-    assert "= forget\n" not in inner          # made again in the adjoint, from the exp it pops
+    # the sigmoid saved when made, its exp not kept: its partial is read from it
+    assert re.search(r"forget = 1.0 / \(1.0 \+ math.exp\(.*\)\n\s*saved_float64\d*\[\w+\] = forget\n", inner), inner
     adjoint = program.source("adjoint")
-    popped = adjoint.index("exp_result = saved_float64")
-    assert adjoint.index("forget = 1.0 / (1.0 + exp_result)", popped) < adjoint.index("d_forget", popped)
+    popped = adjoint.index("forget = saved_float64")
+    assert popped < adjoint.index("forget * (1.0 - forget)", popped)
+    assert not [line for line in adjoint.splitlines() if "math.exp(" in line and "# from" not in line], adjoint
     kept = {p.stack for p in walk(program.ir.forward.body) if isinstance(p, Push)}
     assert "saved_float64" not in kept and len(kept) >= 5      # the IR differentiated again is unmerged
 

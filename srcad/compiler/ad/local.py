@@ -28,8 +28,8 @@ from ..ir import (Accumulate, Assign, Attribute, BinOp, Call, Compare, Const, Gl
 from ..ir.facts import Activity
 from ..ir.forms import data_names, is_atom, is_tree, leaves
 from ..ir.visit import all_blocks, children, clone, defines, names_in, own_exprs, subexpressions, walk
-from .rules import (ARRAY_RULES, ELEMENTWISE, FROM_RESULT, JOINS, NONDIFF, has_result_partial, instantiate, is_elementwise,
-                    partials_of, no_rule)
+from .rules import (ARRAY_RULES, ELEMENTWISE, JOINS, NONDIFF, has_result_partial, instantiate, is_elementwise,
+                    partials_of, no_rule, result_partial)
 
 _SHAPE_ONLY_CALLS = frozenset({"np.zeros_like", "np.empty_like", "np.shape", "np.size", "len", "np.ndim"})
 
@@ -38,7 +38,7 @@ class LocalAdjoints:
     """The adjoints of the statements of `fn` (typed, with activity), memoized per statement.
     `shape_varying`: arrays whose bindings may differ in shape (their adjoints are made again).
     `overwritten`: where the target keeps results (`Policy.keeps_results`), the names the reverse sweep
-    may have to bring back (`saving.LoopFacts`), which decide where a partial of `rules.FROM_RESULT`
+    may have to bring back (`saving.LoopFacts`), which decide where a partial of `rules.result_partial`
     reads the statement's result (`result_read`); None where it never does."""
 
     def __init__(self, fn, shape_varying=frozenset(), overwritten=None):
@@ -308,7 +308,7 @@ class LocalAdjoints:
     def tree(self, root, out_ty, g, result=None):
         """Chain rule down an elementwise tree: one contribution per active leaf, the incoming
         adjoint times the partials along the path to it; the root's partial from `result`, the name
-        holding its value, where given (`rules.FROM_RESULT`)."""
+        holding its value, where given (`rules.result_partial`)."""
         all_leaves = leaves(root)
         out_rank = rank(out_ty)
         scalar = not isinstance(out_ty, nt.Array) and \
@@ -327,7 +327,8 @@ class LocalAdjoints:
                 return
             children, partials = partials_of(node)
             if node is root and result is not None:
-                partials = (lambda *_: FROM_RESULT[node.fn](result),)
+                argument, of_result = result_partial(node)
+                children, partials = [argument], (lambda *_: of_result(result),)
             for child, partial in zip(children, partials):
                 if partial is None or not any(self.is_active(a) for a in leaves(child)):
                     continue

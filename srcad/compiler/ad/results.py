@@ -1,13 +1,14 @@
-"""Calls whose partial is cheaper from their result get a name of their own before differentiating.
+"""Values whose partial is cheaper from their result get a name of their own before differentiating.
 
 In `h = outgate * math.tanh(c)` the adjoint needs tanh(c) twice, once for the
 product and once for tanh's own partial, and would call tanh for each. With
 the call named in the primal, `tanh_result = math.tanh(c)` then
 `h = outgate * tanh_result`, the adjoint reads `tanh_result` for both
 (`rules.FROM_RESULT`, `LocalAdjoints.result_read`), and the save analysis
-keeps that value like any other. The same holds for the `exp` inside a
-sigmoid `1.0 / (1.0 + math.exp(-z))`: the value saved is the exponential, not
-`z`, and no exponential is computed again. Calls on arrays are named too
+keeps that value like any other. A sigmoid `1.0 / (1.0 + math.exp(-z))` is
+named whole (its partial is y (1 - y) of its result y): the value saved is
+the sigmoid, not `z` nor the exponential, and no exponential is computed
+again (`rules.result_partial`). Calls on arrays are named too
 (`np.tanh(g)` of a vector: a library call per element, where the saved result
 costs a load), an array whose shape may change from one iteration to the
 next too (its adjoint, made again with each shape, is made after the earlier
@@ -20,12 +21,12 @@ inside the value of a statement derivatives flow through.
 from numba.core import types as nt
 
 from ..analysis.types import type_of
-from ..ir import Accumulate, Assign, Name
+from ..ir import Accumulate, Assign, BinOp, Call, Name
 from ..ir.facts import Activity
 from ..ir.forms import leaves
-from ..ir.visit import all_blocks, map_children, names_in, rebuild
+from ..ir.visit import all_blocks, map_children, names_in, rewrite_top_down
 from .local import is_active_atom, result_type, value_type
-from .rules import has_result_partial
+from .rules import has_result_partial, result_partial
 from .saving import loop_facts
 
 
@@ -54,15 +55,16 @@ def _is_active_value(s, active):
 
 
 def _hoisted(fn, s, activity, before, overwritten, looped):
-    """`s.value` with its calls of `FROM_RESULT` named, innermost first (bound by statements put in
-    `before`), where keeping the result is cheaper than calling again (`local.kept_is_cheaper`): outside
-    loops always; in a loop (`looped`), where a temporary is bound again each iteration, only a call
-    reading what the reverse sweep may bring back (`overwritten`, which the temporaries join). A call
-    that is the whole value of an assignment is already named by it."""
+    """`s.value` with its values of `result_partial` (calls of `FROM_RESULT`, sigmoids) named, innermost
+    first (bound by statements put in `before`), where keeping the result is cheaper than calling again
+    (`local.kept_is_cheaper`): outside loops always; in a loop (`looped`), where a temporary is bound
+    again each iteration, only a value reading what the reverse sweep may bring back (`overwritten`,
+    which the temporaries join). The whole value of an assignment is already named by it. Such a value
+    is named whole, after what its argument holds: the exp inside a sigmoid is not named."""
     def name(e):
         if not _worth_naming(fn, e, activity.active) or looped and not names_in(e) & overwritten:
             return e
-        t = fn.names.fresh(f"{e.fn.split('.')[-1]}_result")
+        t = fn.names.fresh(f"{e.fn.split('.')[-1] if isinstance(e, Call) else 'sigmoid'}_result")
         if looped:
             overwritten.add(t)
         fn.types[t] = result_type(fn, e)
@@ -70,16 +72,22 @@ def _hoisted(fn, s, activity, before, overwritten, looped):
             names.add(t)
         before.append(Assign(t, e, s.origin))
         return Name(t)
-    if isinstance(s, Assign):
-        return map_children(s.value, lambda c: rebuild(c, name))
-    return rebuild(s.value, name)
+
+    def visit(e, whole=False):
+        found = result_partial(e) if isinstance(e, (Call, BinOp)) else None
+        if found is None:
+            return map_children(e, visit)
+        argument, inner = found[0], visit(found[0])
+        e = rewrite_top_down(e, lambda x: inner if x is argument else None)
+        return e if whole else name(e)
+    return visit(s.value, whole=isinstance(s, Assign))
 
 
 def _worth_naming(fn, e, active):
-    """A call of `FROM_RESULT` on a value derivatives flow through, of a float or of a float array."""
+    """A value of `result_partial` on a value derivatives flow through, of a float or of a float array."""
     if not has_result_partial(e):
         return False
-    atoms = leaves(e.args[0])
+    atoms = leaves(result_partial(e)[0])
     ty = value_type(fn, e)
     if isinstance(ty, nt.Array):
         float_valued = isinstance(ty.dtype, nt.Float)

@@ -174,9 +174,36 @@ of_result("np.cbrt", lambda y: 1.0 / (3.0 * (y * y)))
 of_result("np.reciprocal", lambda y: -(y * y))
 
 
+def result_partial(e):
+    """(argument, partial from the result) where `e`'s partial with respect to its one argument is cheaper
+    from its result y: a call of `FROM_RESULT`, or the logistic sigmoid 1 / (1 + exp(-x)), whose partial
+    is y (1 - y) (1 / (1 + exp(u)) of another u: -y (1 - y)); no exponential then, the forward's is not
+    kept nor computed again. Else None."""
+    if isinstance(e, Call) and e.fn in FROM_RESULT and len(e.args) == 1 and not e.keywords:
+        return e.args[0], FROM_RESULT[e.fn]
+    u = _logistic_exponent(e)
+    if u is None:
+        return None
+    if isinstance(u, UnaryOp) and u.op == "-":
+        return u.operand, lambda y: y * (1.0 - y)
+    return u, lambda y: -(y * (1.0 - y))
+
+
 def has_result_partial(e):
-    """Is `e` a call whose partial `FROM_RESULT` gives from its result?"""
-    return isinstance(e, Call) and e.fn in FROM_RESULT and len(e.args) == 1 and not e.keywords
+    """Is `e` a value whose partial `result_partial` gives from its result?"""
+    return result_partial(e) is not None
+
+
+def _logistic_exponent(e):
+    """u where `e` is 1 / (1 + exp(u)) (the sum either way round; 1 or 1.0), else None."""
+    ones = (Const(1.0), Const(1))
+    if not (isinstance(e, BinOp) and e.op == "/" and e.left in ones and isinstance(e.right, BinOp) and e.right.op == "+"):
+        return None
+    for one, power in ((e.right.left, e.right.right), (e.right.right, e.right.left)):
+        if one in ones and isinstance(power, Call) and power.fn in ("np.exp", "math.exp") and len(power.args) == 1 \
+                and not power.keywords:
+            return power.args[0]
+    return None
 
 
 # Python operators, by their IR spelling.
@@ -1027,5 +1054,5 @@ def partials_of(node):
     return list(node.args), ELEMENTWISE[node.fn]
 
 
-__all__ = ["ELEMENTWISE", "FROM_RESULT", "has_result_partial", "OPERATORS", "NONDIFF", "ARRAY_RULES", "ArrayRule", "JOINS", "JoinRule", "elementwise", "is_elementwise",
+__all__ = ["ELEMENTWISE", "FROM_RESULT", "has_result_partial", "result_partial", "OPERATORS", "NONDIFF", "ARRAY_RULES", "ArrayRule", "JOINS", "JoinRule", "elementwise", "is_elementwise",
            "has_rule", "instantiate", "partials_of", "power_partial"]
