@@ -38,6 +38,7 @@ from ..ir import (Accumulate, Assign, BinOp, Call, Compare, Const, Effect, For, 
                   Store, Subscript, TypeRef, UnaryOp)
 from ..ir.forms import is_atom
 from ..ir.printer import Printer, Writer
+from ..opt.elementwise import ARITHMETIC
 from ..ir.visit import all_blocks, clone, map_exprs, names_in, own_exprs, rewrite_top_down, subexpressions, walk
 from ..runtime import EXPORTS
 from .base import Backend
@@ -210,7 +211,6 @@ def _scatter_add(fn, s):
 
 # exp and tanh of a float64 number, as `vector_math` computes them, in loops that vectorise
 VECTOR_MATH = {"np.exp": "vector_exp", "math.exp": "vector_exp", "np.tanh": "vector_tanh", "math.tanh": "vector_tanh"}
-_ARITHMETIC = frozenset({"+", "-", "*", "/", "**"})
 
 
 def with_vector_math(fn):
@@ -218,13 +218,11 @@ def with_vector_math(fn):
     `vector_math`'s exp and tanh of float64 numbers: this target's spelling of them, in every function
     it prints. Elsewhere (a sum of exps, say) no loop is widened, and the C library's exp, one number
     at a time, costs less (4.3 ns against 6.9 ns)."""
-    loops = [s for s in walk(fn.body) if _elementwise_loop(s)]
-    if not any(_vector_math_call(fn, e) for loop in loops for t in loop.body for x in own_exprs(t)
-               for e in subexpressions(x)):
-        return fn
+    made = []
 
     def spelled(e):
         if _vector_math_call(fn, e):
+            made.append(e)
             return Call(VECTOR_MATH[e.fn], tuple(rewrite_top_down(a, spelled) for a in e.args))
         return None
     body = clone(fn.body)
@@ -232,7 +230,7 @@ def with_vector_math(fn):
         if _elementwise_loop(loop):
             for t in loop.body:
                 map_exprs(t, lambda e: rewrite_top_down(e, spelled))
-    return replace(fn, body=body)
+    return replace(fn, body=body) if made else fn
 
 
 def _elementwise_loop(s):
@@ -266,7 +264,7 @@ def _float64_number(fn, e):
         if is_atom(x):
             ty = type_of(fn, x)
             return {"float"} if ty == nt.float64 else {"int"} if isinstance(ty, nt.Integer) else {"other"}
-        if isinstance(x, BinOp) and x.op in _ARITHMETIC:
+        if isinstance(x, BinOp) and x.op in ARITHMETIC:
             return kinds(x.left) | kinds(x.right)
         if isinstance(x, UnaryOp) and x.op in ("-", "+"):
             return kinds(x.operand)
@@ -275,7 +273,6 @@ def _float64_number(fn, e):
         return {"other"}
     found = kinds(e)
     return "float" in found and "other" not in found
-
 
 
 class _TypeNames:
