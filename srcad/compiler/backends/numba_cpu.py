@@ -11,7 +11,8 @@ stores and calls, which `module_source` prints with a header of imports.
 `infer_types` runs Numba's type inference (only) on a printed function; `jit`
 compiles with Numba's on-disk cache and `load_cached` loads machine code from
 it cheaply. Every Numba cache this target uses, srcad's runtime helpers'
-included, drops an entry it cannot load (`DroppingEntries`).
+included, drops an entry it cannot load (`DroppingEntries`). Loading it sets glibc's malloc
+thresholds once (`heap.py`): what a call freed serves the next.
 """
 import contextlib
 import glob
@@ -30,7 +31,7 @@ from numba.core import types as nt
 from numba.core.caching import FunctionCache
 from numba.core.dispatcher import Dispatcher
 
-from .. import runtime, subnormals
+from .. import heap, runtime, subnormals
 from ..ad.parallel import serial_where_unsafe
 from ..ad.saving import CPU
 from ..analysis.types import gather_axis, index_array, type_of
@@ -377,6 +378,7 @@ def _guard_runtime_caches():
 
 
 _guard_runtime_caches()
+heap.keep_freed_memory()       # the arrays a forward keeps come back from the heap, not the kernel
 
 
 def load_cached(dispatcher, args):
