@@ -15,7 +15,6 @@ It does nothing off glibc, or where the user has tuned malloc (`MALLOC_*_` varia
 `GLIBC_TUNABLES`): docs/design.md, "Memory between calls".
 """
 import ctypes
-import ctypes.util
 import os
 import sys
 
@@ -46,9 +45,8 @@ def _set_thresholds():
     if not sys.platform.startswith("linux"):
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):       # musl and other C libraries without mallopt
+        mallopt = ctypes.CDLL(None).mallopt     # the C library this process runs on (no library search)
+    except (OSError, AttributeError):           # C libraries without mallopt
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
