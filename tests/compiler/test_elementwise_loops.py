@@ -93,8 +93,8 @@ def broadcast_when_run(a, b):
 
 
 def once(a, b):
-    """Array statements run once per call keep their NumPy form."""
-    return np.sum(np.sin(a * b) * a)
+    """Arithmetic run once per call keeps its NumPy form."""
+    return np.sum((a * b + 1.0) * a)
 
 
 def _sources(fn, args):
@@ -322,3 +322,61 @@ def test_an_adjoint_stored_whole_into_an_array_still_gets_loops():
                 and not line.startswith(" " * 16)], adjoint         # only in the fallbacks, inside `else:`
     check_function(ad.function(rows_of_a_copy), (w, state, 2), (0, 1))
     second_order_check(rows_of_a_copy, (w, state, 2), (True, True, False))
+
+
+def row_sums(x, m, v):
+    """Sums along an axis of a rank-2 and a rank-3 value, over the last, the first and a negative axis;
+    `x - m[k]` broadcasts a row, whose adjoint sums over the rows into `d_m[k]`."""
+    total = 0.0
+    for k in range(m.shape[0]):
+        c = x - m[k]
+        r = np.sum(c * c, axis=1)
+        total += np.sum(np.exp(-r)) + np.sum(np.sum(c * v[k], axis=0) ** 2)
+        total += np.sum(np.sum(np.sin(c[None, :, :] * v[k]), axis=-2) * v[k])
+    return total
+
+
+def lse_once(z):
+    """A log-sum-exp by rows, run once per call: its exp and its sum along the axis become loops."""
+    mx = np.max(z, axis=1)
+    return np.sum(np.log(np.sum(np.exp(z - mx[:, None]), axis=1)) + mx)
+
+
+ROWS = (rng.uniform(-1.0, 1.0, (6, 3)), rng.uniform(-1.0, 1.0, (2, 3)), rng.uniform(-1.0, 1.0, (2, 3)))
+
+
+def test_sums_along_an_axis_are_loops_adding_in_numbas_order():
+    forward, adjoint, _ = _sources(row_sums, ROWS)
+    code = [line.strip() for line in (forward + adjoint).splitlines()]
+    assert any(line.startswith("r[e") and line.endswith("] = " + line.split()[-1]) and "total" in line
+               for line in code), forward                   # over the last axis: a scalar sum, stored once
+    assert any(line.startswith("t5[e") and "] += t4[e" in line for line in code), forward     # axis=0
+    assert any(line.startswith("t9[e") and "] += t8[e" in line for line in code), forward     # axis=-2 of 3
+    assert any(line.startswith("view") and "] -= d_c[e" in line for line in code), adjoint   # into d_m[k]
+    check_function(ad.function(row_sums), ROWS, (0, 1, 2))
+    second_order_check(row_sums, ROWS, (True, True, True))
+    looped, numpy = _gradients("cpu", row_sums, ROWS), _gradients(CPUWithoutLoops.name, row_sums, ROWS)
+    for a, b in zip(looped, numpy):
+        np.testing.assert_allclose(a, b, rtol=1e-14, atol=1e-15)   # the sums bit for bit; exp within 1 ulp
+
+
+def test_a_row_broadcast_along_an_axis_of_length_one_runs_as_written():
+    """`m[k]` of one column against three: its adjoint sums over both axes, which the loop does not."""
+    x, m, v = ROWS[0], ROWS[1][:, :1].copy(), ROWS[2]
+    _, adjoint, _ = _sources(row_sums, (x, m, v))
+    assert "else:" in adjoint and "sum_into(d_m[k], " in adjoint, adjoint
+    check_function(ad.function(row_sums), (x, m, v), (0, 1, 2))
+    looped, numpy = _gradients("cpu", row_sums, (x, m, v)), _gradients(CPUWithoutLoops.name, row_sums, (x, m, v))
+    for a, b in zip(looped, numpy):
+        np.testing.assert_allclose(a, b, rtol=1e-14, atol=1e-15)
+
+
+def test_a_statement_run_once_that_calls_exp_or_sums_along_an_axis_is_a_loop():
+    z = rng.uniform(-2.0, 2.0, (4, 5))
+    forward, _, _ = _sources(lse_once, (z,))
+    assert "vector_exp(" in forward and "np.sum(t" not in forward.split("else:")[0], forward
+    check_function(ad.function(lse_once), (z,), (0,))
+    second_order_check(lse_once, (z,), (True,))
+    looped, numpy = _gradients("cpu", lse_once, (z,)), _gradients(CPUWithoutLoops.name, lse_once, (z,))
+    for a, b in zip(looped, numpy):
+        np.testing.assert_allclose(a, b, rtol=1e-14, atol=1e-15)
