@@ -380,3 +380,25 @@ def test_a_statement_run_once_that_calls_exp_or_sums_along_an_axis_is_a_loop():
     looped, numpy = _gradients("cpu", lse_once, (z,)), _gradients(CPUWithoutLoops.name, lse_once, (z,))
     for a, b in zip(looped, numpy):
         np.testing.assert_allclose(a, b, rtol=1e-14, atol=1e-15)
+
+
+def shifted_rows(z, w):
+    """`z * w[r] - mx[:, None]`: the adjoint sums the cotangent along the rows into `d_mx[:, None]`."""
+    total = 0.0
+    for r in range(2):
+        mx = np.max(z, axis=1)
+        e = np.exp(z * w[r] - mx[:, None])
+        total += np.sum(e * e)
+    return total
+
+
+def test_a_cotangent_summed_into_a_region_with_a_new_axis_is_a_loop():
+    z, w = rng.uniform(-1.0, 1.0, (4, 3)), rng.uniform(0.5, 1.5, 2)
+    _, adjoint, _ = _sources(shifted_rows, (z, w))
+    region = next(line.split(" = ")[0].strip() for line in adjoint.splitlines() if line.endswith("= d_mx[:, None]"))
+    assert any(line.strip().startswith(f"{region}[e") and ", 0] -= " in line for line in adjoint.splitlines()), adjoint
+    check_function(ad.function(shifted_rows), (z, w), (0, 1))
+    second_order_check(shifted_rows, (z, w), (True, True))
+    looped, numpy = _gradients("cpu", shifted_rows, (z, w)), _gradients(CPUWithoutLoops.name, shifted_rows, (z, w))
+    for a, b in zip(looped, numpy):
+        np.testing.assert_allclose(a, b, rtol=1e-14, atol=1e-15)

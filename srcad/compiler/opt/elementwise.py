@@ -381,13 +381,15 @@ class _Nest:
 
     def into(self, region, add):
         """`region[...] = value` (or `+=`), `region` an array of the adjoint's own or a part of it. A value
-        of higher rank, added with `reduce` (`sum_into`), is summed over its leading axes: the loop runs over
-        its elements, each added into the element of `region` at its trailing indices, in the order
-        `runtime.sum_into` adds them."""
+        of higher rank, or into a region with a new axis (`d_m[:, None]`), added with `reduce` (`sum_into`),
+        is summed over the axes `region` lacks: the loop runs over its elements, each added into the element
+        of `region` at its trailing indices, in the order `runtime.sum_into` adds them."""
         rank, value_rank = _rank_of(self.fn, region), self.rank(self.s.value)
-        summed = add and self.s.reduce and value_rank > rank
-        if not rank or not _is_float_array(type_of(self.fn, region)) or (value_rank > rank and not summed) \
-                or _axes(self.fn, region, rank) != [True] * rank:
+        if not rank or not _is_float_array(type_of(self.fn, region)):
+            raise _Unfit
+        axes = _axes(self.fn, region, rank)
+        summed = add and self.s.reduce and value_rank >= rank and (value_rank > rank or not all(axes))
+        if not summed and (value_rank > rank or not all(axes)):
             raise _Unfit
         base = _base(region)
         if any(base in names_in(x) and x != region for x in subexpressions(self.s.value)
@@ -396,11 +398,11 @@ class _Nest:
         view, whole = self._view(region), region
         if summed:
             whole = self._full_operand(value_rank)
-            self.leaves[region] = [True] * rank         # checked to have the trailing lengths
+            self.leaves[region] = axes         # checked to have the trailing lengths, a new axis none
         shape = self._shape_of(whole)
         index = self._index(len(shape))
         value = self.element(self.s.value, index)
-        at = index[len(index) - rank:]
+        at = tuple(i if real else Const(0) for i, real in zip(index[len(index) - rank:], axes))
         write = Accumulate(Subscript(Name(view), at), value, origin=self.s.origin) if add else \
             Store(view, at, value, self.s.origin)
         return self._guarded(shape, [_loop(index, shape, self._once(write))], skip=whole)
