@@ -401,3 +401,21 @@ def test_a_cotangent_summed_into_a_region_with_a_new_axis_is_a_loop():
     looped, numpy = _gradients("cpu", shifted_rows, (z, w)), _gradients(CPUWithoutLoops.name, shifted_rows, (z, w))
     for a, b in zip(looped, numpy):
         np.testing.assert_allclose(a, b, rtol=1e-14, atol=1e-15)
+
+
+def column_offsets(alpha, q, r):
+    """`alpha[k] + np.sum(q[k])` broadcast down a column: the cotangents of both are the sum of the
+    column's, summed once for both."""
+    m = np.zeros((r.shape[0], alpha.shape[0]))
+    for k in range(alpha.shape[0]):
+        m[:, k] = alpha[k] + np.sum(q[k]) - 0.5 * r * q[k, 0]
+    return np.sum(m * m)
+
+
+def test_a_sum_of_an_array_two_statements_read_is_computed_once():
+    args = (rng.uniform(-1.0, 1.0, 3), rng.uniform(-1.0, 1.0, (3, 2)), rng.uniform(-1.0, 1.0, 4))
+    _, adjoint, _ = _sources(column_offsets, args)
+    sums = [line.strip() for line in adjoint.splitlines() if "np.sum(d_" in line and not line.strip().startswith("#")]
+    assert len(sums) == 1 and sums[0].startswith("sum_of_d_"), adjoint
+    check_function(ad.function(column_offsets), args, (0, 1, 2))
+    second_order_check(column_offsets, args, (True, True, True))

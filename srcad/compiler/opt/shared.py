@@ -32,14 +32,13 @@ from ..ir import Accumulate, Assign, BinOp, Call, Compare, Effect, Name, Push, S
 from ..ir.facts import Reverse
 from ..ir.visit import (all_blocks, binding_counts, children, map_exprs, names_in, rebuild, subexpressions, walk,
                         written_array)
-from .elementwise import TRANSCENDENTAL, is_mask_of_a_loop, statements_in_loops
+from .elementwise import SCALAR_OF_ARRAY, TRANSCENDENTAL, is_mask_of_a_loop, statements_in_loops
 from .first_writes import KEEPS_NOTHING, NEW_ARRAYS, arrays_held_elsewhere, viewed_arrays, viewed_by
 
 # srcad's parts of np.linalg's decompositions (runtime.py), each a factorisation of its own
 _FACTORISATIONS = frozenset("""srcad.det_sign srcad.log_abs_det srcad.eigenvectors srcad.left_singular_vectors
     srcad.singular_values srcad.right_singular_vectors srcad.real_eigenvalues srcad.right_eigenvectors srcad.qr_q
     srcad.qr_r srcad.least_squares srcad.least_squares_rank srcad.least_squares_singular_values""".split())
-_EXTREMA = frozenset({"np.max", "np.min"})
 _ALLOCATIONS = frozenset("""np.zeros np.ones np.empty np.full np.zeros_like np.ones_like np.empty_like np.full_like
     np.copy np.array np.asarray np.eye np.identity np.arange np.linspace""".split())
 
@@ -141,7 +140,8 @@ def _hoisted_for_later(fn, own, block, k):
     adjoint of `x = sig * np.tanh(c)` reads `np.tanh(c)` in the statement for `sig` and in the one for
     `c`."""
     s = block[k]
-    calls = {e for v in _values(s) for e in subexpressions(v) if isinstance(e, Call) and _costly(e.fn)}
+    calls = {e for v in _values(s) for e in subexpressions(v)
+             if isinstance(e, Call) and (_costly(e.fn) or _reduces_an_array(fn, e))}
     # (smallest first; one inside a call bound already is no longer in `s`)
     return [_bound(fn, s, e) for e in sorted(calls, key=_size)
             if _evaluates(s, e) and _read_later(fn, own, block, k, e)]
@@ -151,6 +151,14 @@ def _costly(name):
     """A function of numbers that costs a call of the maths library (on arrays, one per element: more than
     the temporary the statements then share), or a factorisation of a matrix (cubic in its size)."""
     return name.startswith(("math.", "np.linalg.")) or name in TRANSCENDENTAL or name in _FACTORISATIONS
+
+
+def _reduces_an_array(fn, e):
+    """A sum, extremum, mean or product of a named array: a pass over it for one number, which later
+    statements may read again (the adjoint of `m[:, k] = a[k] + np.sum(q) - r` sums `d_t` for `d_a[k]` and
+    for the cotangent of `np.sum(q)`)."""
+    return e.fn in SCALAR_OF_ARRAY and len(e.args) == 1 and not e.keywords and isinstance(e.args[0], Name) \
+        and isinstance(type_of(fn, e.args[0]), nt.Array)
 
 
 def _read_later(fn, own, block, k, e):
@@ -205,7 +213,7 @@ def _bound(fn, s, e):
     """The assignment of `e` to a new temporary, `s` rewritten to read it."""
     name = fn.names.fresh(_name_of(e))
     _rewrite_values(s, lambda x: rebuild(x, lambda y: Name(name) if y == e else y))
-    if isinstance(e, Call) and e.fn in _EXTREMA and len(e.args) == 1 and not e.keywords:
+    if isinstance(e, Call) and e.fn in SCALAR_OF_ARRAY and len(e.args) == 1 and not e.keywords:
         of = type_of(fn, e.args[0])
         if isinstance(of, nt.Array) and isinstance(of.dtype, nt.Float):
             fn.types[name] = of.dtype       # (read by `opt/elementwise.py`)
