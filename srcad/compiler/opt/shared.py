@@ -5,8 +5,8 @@ A derivative rule is a formula in which a factor appears several times: the adjo
 pseudo-inverse six. Printed as written, each occurrence would factorise the matrix again
 (and the line would be unreadable). Here each call or operator that a statement evaluates
 twice or more is bound to a temporary just before the statement, innermost first, and so is a
-mathematical function (`np.tanh(c)`) or a factorisation (`np.linalg.inv(a)`, `eigenvectors(s)`)
-that a later statement evaluates too; a later statement of the same block reads that temporary
+mathematical function (`np.tanh(c)`), a factorisation (`np.linalg.inv(a)`, `eigenvectors(s)`) or a
+reduction of a named array (`np.sum(d_t)`) that a later statement evaluates too; a later statement of the same block reads that temporary
 while nothing it was computed from has changed. (The adjoint of a gradient function that reads
 one `np.linalg.eigh(s)` in six statements factorised `s` twelve times; now twice.)
 
