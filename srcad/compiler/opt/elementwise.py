@@ -26,7 +26,8 @@ order as Numba's `np.sum` of the temporary would.
 
 Statements inside loops, where the arrays are made again on every iteration. One run once per call
 gains little and would cost compile time (the loop nest and the statement as written are both
-compiled), unless it calls a function of the maths library or sums along an axis (`_pays_once`). CPU code only (`Policy.elementwise_loops`): a GPU thread runs scalar code already.
+compiled), unless it calls a function of the maths library or sums along an axis (`_pays_once`).
+CPU code only (`Policy.elementwise_loops`): a GPU thread runs scalar code already.
 """
 from collections import Counter
 from copy import copy

@@ -6,9 +6,10 @@ pseudo-inverse six. Printed as written, each occurrence would factorise the matr
 (and the line would be unreadable). Here each call or operator that a statement evaluates
 twice or more is bound to a temporary just before the statement, innermost first, and so is a
 mathematical function (`np.tanh(c)`), a factorisation (`np.linalg.inv(a)`, `eigenvectors(s)`) or a
-reduction of a named array (`np.sum(d_t)`) that a later statement evaluates too; a later statement of the same block reads that temporary
-while nothing it was computed from has changed. (The adjoint of a gradient function that reads
-one `np.linalg.eigh(s)` in six statements factorised `s` twelve times; now twice.)
+reduction of a named array (`np.sum(d_t)`) that a later statement evaluates too; a later statement
+of the same block reads that temporary while nothing it was computed from has changed. (The adjoint
+of a gradient function that reads one `np.linalg.eigh(s)` in six statements factorised `s` twelve
+times; now twice.)
 
     d_a += (g + qr_q(a) @ m) @ np.transpose(np.linalg.inv(qr_r(a)[:, :k])) ... qr_q(a) ...
 
