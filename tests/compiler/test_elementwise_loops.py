@@ -419,3 +419,20 @@ def test_a_sum_of_an_array_two_statements_read_is_computed_once():
     assert len(sums) == 1 and sums[0].startswith("sum_of_d_"), adjoint
     check_function(ad.function(column_offsets), args, (0, 1, 2))
     second_order_check(column_offsets, args, (True, True, True))
+
+
+def column_sums(x, m):
+    """A sum over the rows (axis 0) of a value that broadcasts `m[k]` down them: at second order."""
+    total = 0.0
+    for k in range(m.shape[0]):
+        c = x - m[k]
+        total += np.sum(np.sum(c * c, axis=0) * m[k])
+    return total
+
+
+def test_sums_over_the_rows_and_into_a_broadcast_row_at_second_order():
+    forward, adjoint, _ = _sources(column_sums, ROWS[:2])
+    assert any(line.strip().startswith("t2[e") and "] += t[e" in line for line in forward.splitlines()), forward
+    assert any(line.strip().startswith("view") and "] -= d_c[e" in line for line in adjoint.splitlines()), adjoint
+    check_function(ad.function(column_sums), ROWS[:2], (0, 1))
+    second_order_check(column_sums, ROWS[:2], (True, True))

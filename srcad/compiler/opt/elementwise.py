@@ -214,8 +214,8 @@ def _as_loop(fn, s, own):
     try:
         if isinstance(s, Assign) and _operates(s.value) and _maybe_float_array(fn.types.get(s.target)):
             return _Nest(fn, s).assign(s.target)
-        if isinstance(s, Assign) and _axis_sum(s.value) and _maybe_float_array(fn.types.get(s.target)):
-            return _Nest(fn, s).reduced(s.target, *_axis_sum(s.value))
+        if isinstance(s, Assign) and (summed := _axis_sum(s.value)) and _maybe_float_array(fn.types.get(s.target)):
+            return _Nest(fn, s).reduced(s.target, *summed)
         if isinstance(s, Store) and s.array in own and _operates(s.value):
             return _Nest(fn, s, exact_operands=True).into(Subscript(Name(s.array), s.index), add=False)
         if isinstance(s, Accumulate) and isinstance(type_of(fn, s.target), nt.Float):
@@ -371,14 +371,19 @@ class _Nest:
             raise _Unfit
         full = self._full_operand(rank)
         shape = self._shape_of(full)
-        out = self.fn.names.fresh("fused") if target in names_in(self.s.value) else target
-        for name in {out, target}:
-            self.fn.types.setdefault(name, nt.Array(nt.float64, rank, "C"))
+        out, done = self._new_array(target, rank)
         index = self._index(rank)
         make = Assign(out, Call("np.empty", (Tuple(tuple(shape)), _FLOAT64)), self.s.origin)
         loop = _loop(index, shape, self._once(Store(out, index, self.element(self.s.value, index), self.s.origin)))
-        done = [Assign(target, Name(out), self.s.origin)] if out != target else []
         return self._guarded(shape, [make, loop] + done, skip=full)
+
+    def _new_array(self, target, rank):
+        """The name the loop fills for `target = ...` (a new one where the value reads `target`), and what
+        binds `target` to it after the loop."""
+        out = self.fn.names.fresh("fused") if target in names_in(self.s.value) else target
+        for name in {out, target}:
+            self.fn.types.setdefault(name, nt.Array(nt.float64, rank, "C"))
+        return out, [Assign(target, Name(out), self.s.origin)] if out != target else []
 
     def into(self, region, add):
         """`region[...] = value` (or `+=`), `region` an array of the adjoint's own or a part of it. A value
@@ -389,8 +394,8 @@ class _Nest:
         if not rank or not _is_float_array(type_of(self.fn, region)):
             raise _Unfit
         axes = _axes(self.fn, region, rank)
-        summed = add and self.s.reduce and value_rank >= rank and (value_rank > rank or not all(axes))
-        if not summed and (value_rank > rank or not all(axes)):
+        summed = value_rank > rank or not all(axes)
+        if summed and not (add and self.s.reduce and value_rank >= rank):
             raise _Unfit
         base = _base(region)
         if any(base in names_in(x) and x != region for x in subexpressions(self.s.value)
@@ -420,9 +425,7 @@ class _Nest:
         full = self._full_operand(rank)
         shape, index = self._shape_of(full), self._index(rank)
         kept, kept_shape = index[:axis] + index[axis + 1:], shape[:axis] + shape[axis + 1:]
-        out = self.fn.names.fresh("fused") if target in names_in(value) else target
-        for name in {out, target}:
-            self.fn.types.setdefault(name, nt.Array(nt.float64, rank - 1, "C"))
+        out, done = self._new_array(target, rank - 1)
         element, o = self.element(value, index), self.s.origin
         if axis == rank - 1:
             total = self.fn.names.fresh("total")
@@ -433,7 +436,6 @@ class _Nest:
         else:
             nest = _loop(index, shape, self._once(Accumulate(Subscript(Name(out), kept), element, origin=o)))
             make = Assign(out, Call("np.zeros", (Tuple(tuple(kept_shape)), _FLOAT64)), o)
-        done = [Assign(target, Name(out), o)] if out != target else []
         return self._guarded(shape, [make, nest] + done, skip=full)
 
     def _full_operand(self, rank):
