@@ -431,8 +431,47 @@ def column_sums(x, m):
 
 
 def test_sums_over_the_rows_and_into_a_broadcast_row_at_second_order():
+    """The adjoint of the sum over the rows fills `d_t` with `d_t2` down the rows, for one statement to
+    read: that statement's loop reads `d_t2[None]` instead, and the fill runs only where its check fails."""
     forward, adjoint, _ = _sources(column_sums, ROWS[:2])
     assert any(line.strip().startswith("t2[e") and "] += t[e" in line for line in forward.splitlines()), forward
     assert any(line.strip().startswith("view") and "] -= d_c[e" in line for line in adjoint.splitlines()), adjoint
+    lines = adjoint.splitlines()
+    view = next(line for line in lines if line.strip().endswith("= d_t2[None]"))
+    fill = next(line for line in lines if line.strip() == "d_t[:, :] = np.expand_dims(d_t2, 0)")
+    assert len(fill) - len(fill.lstrip()) > len(view) - len(view.lstrip()), adjoint     # in the fallback only
+    assert "d_t.shape[0] ==" in adjoint, adjoint
     check_function(ad.function(column_sums), ROWS[:2], (0, 1))
     second_order_check(column_sums, ROWS[:2], (True, True))
+    looped, numpy = _gradients("cpu", column_sums, ROWS[:2]), _gradients(CPUWithoutLoops.name, column_sums, ROWS[:2])
+    for a, b in zip(looped, numpy):
+        np.testing.assert_array_equal(a, b)
+
+
+def _fill_then(stmts, outputs):
+    """A loop of `stmts` in an adjoint whose own arrays are `d`, `f`, `g` (2-d) and `r` (1-d)."""
+    two, one = nt.Array(nt.float64, 2, "C"), nt.Array(nt.float64, 1, "C")
+    return Function("f", ["d", "f", "g", "r", "q"], [For("i", Const(0), Const(2), Const(1), stmts)], outputs,
+                    types={"d": two, "f": two, "g": two, "q": two, "r": one, "i": nt.intp},
+                    facts=Facts(Reverse(saved=[], adjoints={"d", "f", "g", "r"})))
+
+
+FULL = (Slice(), Slice())
+FILL = Store("f", FULL, Call("np.expand_dims", (Name("r"), Const(-1))))
+READ = Accumulate(Name("d"), BinOp("*", Name("f"), Name("q")))
+
+
+def test_a_fill_only_the_next_statement_reads_is_read_where_it_was_filled_from():
+    """`f[:, :] = np.expand_dims(r, -1)` then `d += f * q`: one loop reading `r[e, None]`-wise, under a check
+    that `f` has the loop's shape; a reset of another own array between them moves after the loop; a fill
+    another statement reads too stays."""
+    fused = function_text(loop_elementwise(_fill_then([FILL, READ], [Name("d")])))
+    assert "view = r[:, None]" in fused and "d[e, e2] += view[e, 0] * q[e, e2]" in fused, fused
+    assert "(f.shape[0] == d.shape[0]) & (f.shape[1] == d.shape[1])" in fused, fused
+    assert fused.index("f[:, :] = np.expand_dims(r, -1)") > fused.index("else:"), fused
+    reset = Store("g", FULL, Const(0.0))
+    moved = function_text(loop_elementwise(_fill_then([FILL, reset, READ], [Name("d")])))
+    assert moved.index("d[e, e2] += view[e, 0]") < moved.rindex("g[:, :] = 0.0"), moved
+    read_twice = [FILL, READ, Accumulate(Name("g"), BinOp("*", Name("f"), Const(2.0)))]
+    kept = function_text(loop_elementwise(_fill_then(read_twice, [Name("d"), Name("g")])))
+    assert kept.splitlines()[2].strip() == "f[:, :] = np.expand_dims(r, -1)" and "view" not in kept, kept

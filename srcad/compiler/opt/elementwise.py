@@ -12,6 +12,8 @@ This pass writes such a statement as a loop nest over the elements of its result
     s += np.sum(u * v)           ->   a sum kept in a scalar, added to s once
     r = np.sum(u * v, axis=1)    ->   per row a sum kept in a scalar, stored in r once
     sum_into(d_m[k], -d_c)       ->   each element of -d_c added into d_m[k] at its trailing indices
+    d_t[:, :] = np.expand_dims(d_r, 1)
+    d_c += d_t * c               ->   one loop reading d_r[e] where d_c's read d_t[e, e2]
 
 A statement qualifies when its value is arithmetic and elementwise functions (`ELEMENTWISE`) over
 float64 arrays and scalars (integer and boolean arrays too, where the result goes into floats: a mask
@@ -92,7 +94,7 @@ def _in_block(fn, stmts, own, uses, in_loop=False):
     `g = d`) is written by a loop while no other name has been bound to it since. Temporaries that only
     the statement after them reads (`shared = -g; e = np.exp(shared); d_g -= d_s * e / (1.0 + e) ** 2`,
     as `share` binds a subexpression a formula repeats) go into that statement's loop, not into arrays
-    of their own."""
+    of their own; so does a fill of a whole array that only the next statement reads (`_with_fill`)."""
     out, fresh, held = [], set(), []
     for s in stmts:
         if isinstance(s, For) and s.parallel:
@@ -104,15 +106,23 @@ def _in_block(fn, stmts, own, uses, in_loop=False):
             _in_block(fn, block, own, uses, in_loop or isinstance(s, (For, While)))
         if not in_loop:
             out.extend((_as_loop(fn, s, own | fresh) if _pays_once(s) else None) or [s])
-        elif _is_temporary(fn, s, uses):
+        elif _is_temporary(fn, s, uses) and not _holds_fill(held):
+            held.append(s)
+            continue
+        elif not held and _fills_for_next(fn, s, own, uses) or held and _resets_after_fill(fn, held, s, own, uses):
             held.append(s)
             continue
         else:
             for t in held:
                 fresh = _fresh_after(fn, t, fresh)
-            fused = _with_temporaries(fn, s, held, uses, own | fresh)
-            out.extend(fused or _emitted(fn, held, own | fresh) + (_as_loop(fn, s, own | fresh) or [s]))
+            fused = _with_fill(fn, held, s, own | fresh) or _with_temporaries(fn, s, held, uses, own | fresh)
+            if not fused:
+                out.extend(_emitted(fn, held, own | fresh))
             held = []
+            if not fused and _fills_for_next(fn, s, own, uses):
+                held.append(s)           # for the statement after it
+                continue
+            out.extend(fused or _as_loop(fn, s, own | fresh) or [s])
         fresh = _fresh_after(fn, s, fresh)
     out.extend(_emitted(fn, held, own | fresh))
     stmts[:] = out
@@ -170,7 +180,7 @@ def _emitted(fn, held, own):
 def _with_temporaries(fn, s, held, uses, own):
     """`s` as one loop into which the held temporaries go, each read of one becoming its value; None
     unless they are read nowhere else and `s` becomes a loop."""
-    if not held or not isinstance(s, (Assign, Store, Accumulate)):
+    if not held or not isinstance(s, (Assign, Store, Accumulate)) or not all(isinstance(t, Assign) for t in held):
         return None
     read, _ = uses
     names = {t.target for t in held}
@@ -183,6 +193,57 @@ def _with_temporaries(fn, s, held, uses, own):
     merged = copy(s)
     merged.value = substitute(s.value, value)
     return _as_loop(fn, merged, own)
+
+
+def _fills_for_next(fn, s, own, uses):
+    """Is `s` a fill of a whole array of the adjoint's own that only the statement after it can read
+    (`d_t5[:, :] = np.expand_dims(d_t6, 1)`, the adjoint of a sum along an axis, then
+    `d_qx[:, :] = 2.0 * (d_t5 * qx)`): no other statement reads or writes the array?"""
+    read, _ = uses
+    ty = fn.types.get(s.array) if isinstance(s, Store) else None
+    return _is_float_array(ty) and s.array in own and read[s.array] == 2 and len(s.index) == ty.ndim and \
+        all(i == Slice() for i in s.index) and _filled_value(fn, s.value) is not None
+
+
+def _filled_value(fn, v):
+    """What a fill writes, as an operand that broadcasts in a loop nest (`np.expand_dims(d, 1)` as
+    `d[:, None]`), or None."""
+    if isinstance(v, Call) and v.fn == "np.expand_dims" and len(v.args) == 2 and not v.keywords \
+            and isinstance(v.args[0], Name) and isinstance(v.args[1], Const) and type(v.args[1].value) is int:
+        ty = fn.types.get(v.args[0].id)
+        axis = v.args[1].value + (ty.ndim + 1 if v.args[1].value < 0 else 0) if _is_float_array(ty) else -1
+        return Subscript(v.args[0], (Slice(),) * axis + (Const(None),)) if 0 <= axis <= ty.ndim else None
+    return v if _operates(v) or isinstance(v, Name) and _is_float_array(fn.types.get(v.id)) else None
+
+
+def _holds_fill(held):
+    """Do the statements held start with a fill (`_fills_for_next`), the resets after it following?"""
+    return bool(held) and isinstance(held[0], Store)
+
+
+def _resets_after_fill(fn, held, s, own, uses):
+    """Is `s` a reset of another array of the adjoint's own (`d_t6[:] = 0.0`, after the fill read it), after
+    the fill `held` starts with: one the loop of the statement reading the fill runs before instead?"""
+    return _holds_fill(held) and _fills_for_next(fn, held[0], own, uses) and \
+        isinstance(s, Store) and isinstance(s.value, Const) and s.array in own and \
+        s.array not in {t.array for t in held} and all(isinstance(i, Slice) for i in s.index)
+
+
+def _with_fill(fn, held, s, own):
+    """`s` as one loop that reads, for the filled array of `held` (`_fills_for_next`), the value filled
+    in, under a check that the array has the loop's shape (the fill's broadcast is then the loop's);
+    the fill and `s` as written where the check fails. None unless `s` becomes a loop."""
+    if not _holds_fill(held) or not isinstance(s, (Assign, Store, Accumulate)):
+        return None
+    fill, resets = held[0], held[1:]
+    filled, reset = Name(fill.array), {t.array for t in resets}
+    if filled in _places(s) or any(isinstance(x, Subscript) and x.base == filled for x in subexpressions(s.value)) \
+            or reset & (reads(s) | defines(s) | {_base(p) for p in _places(s)}):
+        return None
+    merged = copy(s)
+    merged.value = substitute(s.value, {fill.array: _filled_value(fn, fill.value)})
+    fused = _as_loop(fn, merged, own, witness=fill, fallback=[fill, s])
+    return fused and fused + resets
 
 
 def _places(s):
@@ -209,20 +270,23 @@ class _Unfit(Exception):
     """The statement is left as written."""
 
 
-def _as_loop(fn, s, own):
-    """The statements that replace `s`, or None."""
+def _as_loop(fn, s, own, witness=None, fallback=None):
+    """The statements that replace `s`, or None. `witness`: a fill (`_with_fill`) whose array must have the
+    loop's shape; `fallback`: what runs where the loop's checks fail (`s`)."""
+    def nest(exact_operands=False):
+        return _Nest(fn, s, exact_operands, witness, fallback)
     try:
         if isinstance(s, Assign) and _operates(s.value) and _maybe_float_array(fn.types.get(s.target)):
-            return _Nest(fn, s).assign(s.target)
+            return nest().assign(s.target)
         if isinstance(s, Assign) and (summed := _axis_sum(s.value)) and _maybe_float_array(fn.types.get(s.target)):
-            return _Nest(fn, s).reduced(s.target, *summed)
+            return nest().reduced(s.target, *summed)
         if isinstance(s, Store) and s.array in own and _operates(s.value):
-            return _Nest(fn, s, exact_operands=True).into(Subscript(Name(s.array), s.index), add=False)
+            return nest(exact_operands=True).into(Subscript(Name(s.array), s.index), add=False)
         if isinstance(s, Accumulate) and isinstance(type_of(fn, s.target), nt.Float):
             summed = _summed_operation(s.value) or (s.value if s.reduce and _operates(s.value) else None)
-            return _Nest(fn, s, exact_operands=True).summed(summed) if summed is not None else None
+            return nest(exact_operands=True).summed(summed) if summed is not None else None
         if isinstance(s, Accumulate) and _base(s.target) in own and _operates(s.value):
-            return _Nest(fn, s, exact_operands=True).into(s.target, add=True)
+            return nest(exact_operands=True).into(s.target, add=True)
     except _Unfit:
         return None
     return None
@@ -289,9 +353,11 @@ def _rank_of(fn, e):
 class _Nest:
     """The loop nest of one statement: its array operands (leaves), their views, the result's shape."""
 
-    def __init__(self, fn, s, exact_operands=False):
+    def __init__(self, fn, s, exact_operands=False, witness=None, fallback=None):
         self.fn, self.s = fn, s
         self.exact_operands = exact_operands    # arrays of integers and booleans too (into a float target)
+        self.witness = witness                  # a fill whose array must have the result's shape
+        self.fallback = fallback or [s]
         self.leaves = {}          # array operand -> per axis: True (indexed) or False (a new axis, length 1)
         self.ranks = {}
         self.before = []          # views and scalars made once, before the check
@@ -531,12 +597,18 @@ class _Nest:
             view, at = Name(self._view(e)), shape[len(shape) - len(axes):]
             checks += [Compare("==", Subscript(Attribute(view, "shape"), (Const(k),)), n)
                        for k, (n, real) in enumerate(zip(at, axes)) if real]
+        if self.witness is not None:
+            rank = self.fn.types[self.witness.array].ndim
+            if rank > len(shape):
+                raise _Unfit
+            checks += [Compare("==", Subscript(Attribute(Name(self.witness.array), "shape"), (Const(k),)), n)
+                       for k, n in enumerate(shape[len(shape) - rank:])]
         if not checks:
             return self.before + loop
         cond = checks[0]
         for c in checks[1:]:
             cond = BinOp("&", cond, c)
-        return self.before + [If(cond, loop, [self.s], self.s.origin)]
+        return self.before + [If(cond, loop, self.fallback, self.s.origin)]
 
 
 _FLOAT64 = Global("np.float64")
