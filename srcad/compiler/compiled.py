@@ -9,6 +9,8 @@ restates the target compiler's errors and failed index checks on the user's
 line; `LazyPrimal` compiles the plain primal only when it is first called.
 The target-specific parts (buffers, typing, loading) are the `Backend`'s.
 """
+import contextlib
+import gc
 import threading
 from dataclasses import dataclass
 
@@ -21,6 +23,20 @@ from .ir.facts import Bounds
 from .runtime import Raised, sum_is_nan
 
 COMPILE_LOCK = threading.RLock()      # one compile at a time in a process (transforms and lazy primals)
+
+
+@contextlib.contextmanager
+def collection_paused():
+    """Python's cycle collector off while a function is transformed or compiled, on again after (where
+    it was on). A compile makes millions of objects that live until it ends, which every collection
+    during it walks again: a fifth of the time of a run of tests that compile (`docs/design.md`)."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
 
 
 @dataclass
@@ -255,8 +271,13 @@ class Checked:
 
     def __call__(self, *args):
         if self._try_cache:
-            self._try_cache = False     # first call: a light (and checked) load from the disk cache
-            self._backend.load_cached(self.dispatcher, args)
+            self._try_cache = False     # first call: a light (and checked) load from the disk cache, or a compile
+            with collection_paused():
+                self._backend.load_cached(self.dispatcher, args)
+                return self._run(*args)
+        return self._run(*args)
+
+    def _run(self, *args):
         try:
             return self.dispatcher(*args)
         except self._backend.errors as exc:

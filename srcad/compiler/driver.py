@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .backends import cache
 from .backends.base import get as get_backend
-from .compiled import COMPILE_LOCK, Checked, Transformed, primal_of
+from .compiled import COMPILE_LOCK, Checked, Transformed, collection_paused, primal_of
 from .front.flatten import flatten
 from .ir.facts import Aliasing, Bounds, OptionalValues, Reverse
 from .pipeline import ListOfArrays, Program, check_arguments, copy_function, finish, front
@@ -59,7 +59,7 @@ def transform_function(fn, arg_types, active, target="cpu"):
 def _in_cache_dir(job):
     """`job(root)` in the cache directory, under the process's compile lock; after a failed write into
     the directory (full disk...), again in a private one."""
-    with COMPILE_LOCK:
+    with COMPILE_LOCK, collection_paused():
         root = cache.cache_dir()
         try:
             return job(root)

@@ -418,3 +418,56 @@ def test_the_same_code_loaded_again_in_a_process_runs_what_was_compiled():
         made.append([d.dispatcher for d in f._last.dispatchers[1:]])
     assert all(a is b for a, b in zip(*made)), made
     assert all(len(d.overloads) == 1 for d in made[0])
+
+
+def damped_cosines(x):
+    """Compiled only by the test below: its compile is this process's first."""
+    total = 0.0
+    for i in range(x.shape[0]):
+        total += math.cos(x[i]) * math.exp(-0.5 * i)
+    return total
+
+
+def refused_with_try(x):
+    try:
+        y = x * 2.0
+    except ValueError:
+        y = 0.0
+    return y
+
+
+def test_the_cycle_collector_rests_while_a_function_compiles_and_runs_after():
+    """No collection runs inside the passes or Numba's compiler while a function is transformed and while
+    its forward and adjoint compile on their first call (collections after are as usual); the collector
+    is on after, a refused function included, and stays off where the caller had turned it off."""
+    import gc
+    import traceback
+
+    from srcad.compiler.errors import TransformError
+    x = np.linspace(0.1, 1.0, 4)
+    warm = transform(running_sum_of_sines, (numba.typeof(x),), (True,))      # srcad's own helpers compiled
+    warm.adjoint(x, warm.forward(x)[1], 1.0)
+    inside = []
+
+    def count(phase, info):
+        if phase == "start":
+            files = {f.filename.replace("\\", "/") for f in traceback.extract_stack()}
+            inside.append(any(f.endswith(("numba/core/compiler.py", "srcad/compiler/pipeline.py")) for f in files))
+    gc.callbacks.append(count)
+    try:
+        t = transform(damped_cosines, (numba.typeof(x),), (True,))
+        _, saved = t.forward(x)
+        (grad,) = t.adjoint(x, saved, 1.0)
+    finally:
+        gc.callbacks.remove(count)
+    assert not any(inside) and gc.isenabled(), inside
+    np.testing.assert_allclose(grad, -np.sin(x) * np.exp(-0.5 * np.arange(4)), rtol=1e-14)
+    with pytest.raises(TransformError, match="try/except"):
+        transform(refused_with_try, (numba.float64,), (True,))
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        transform(damped_cosines, (numba.typeof(x),), (True,))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
