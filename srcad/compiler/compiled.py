@@ -271,13 +271,7 @@ class Checked:
 
     def __call__(self, *args):
         if self._try_cache:
-            self._try_cache = False     # first call: a light (and checked) load from the disk cache, or a compile
-            with collection_paused():
-                self._backend.load_cached(self.dispatcher, args)
-                return self._run(*args)
-        return self._run(*args)
-
-    def _run(self, *args):
+            return self._first_call(args)
         try:
             return self.dispatcher(*args)
         except self._backend.errors as exc:
@@ -286,6 +280,14 @@ class Checked:
             raise IndexError(site_message(self.user_name, self.sites, exc)) from None
         except Raised as exc:
             raise user_exception(exc) from None
+
+    def _first_call(self, args):
+        """A light (and checked) load from the disk cache, or a compile, then the call: with the cycle
+        collector paused (`collection_paused`)."""
+        self._try_cache = False
+        with collection_paused():
+            self._backend.load_cached(self.dispatcher, args)
+            return self(*args)
 
     def __getattr__(self, name):
         return getattr(self.dispatcher, name)

@@ -475,3 +475,6 @@ def test_a_fill_only_the_next_statement_reads_is_read_where_it_was_filled_from()
     read_twice = [FILL, READ, Accumulate(Name("g"), BinOp("*", Name("f"), Const(2.0)))]
     kept = function_text(loop_elementwise(_fill_then(read_twice, [Name("d"), Name("g")])))
     assert kept.splitlines()[2].strip() == "f[:, :] = np.expand_dims(r, -1)" and "view" not in kept, kept
+    into_the_fill = [FILL, Accumulate(Subscript(Name("f"), FULL), BinOp("*", Name("q"), Const(2.0)))]
+    written = function_text(loop_elementwise(_fill_then(into_the_fill, [Name("d")])))
+    assert written.splitlines()[2].strip() == "f[:, :] = np.expand_dims(r, -1)", written

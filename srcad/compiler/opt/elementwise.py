@@ -109,7 +109,7 @@ def _in_block(fn, stmts, own, uses, in_loop=False):
         elif _is_temporary(fn, s, uses) and not _holds_fill(held):
             held.append(s)
             continue
-        elif not held and _fills_for_next(fn, s, own, uses) or held and _resets_after_fill(fn, held, s, own, uses):
+        elif _resets_after_fill(held, s, own):
             held.append(s)
             continue
         else:
@@ -120,7 +120,7 @@ def _in_block(fn, stmts, own, uses, in_loop=False):
                 out.extend(_emitted(fn, held, own | fresh))
             held = []
             if not fused and _fills_for_next(fn, s, own, uses):
-                held.append(s)           # for the statement after it
+                held.append(s)           # for the statement after it (`_with_fill`)
                 continue
             out.extend(fused or _as_loop(fn, s, own | fresh) or [s])
         fresh = _fresh_after(fn, s, fresh)
@@ -211,8 +211,10 @@ def _filled_value(fn, v):
     if isinstance(v, Call) and v.fn == "np.expand_dims" and len(v.args) == 2 and not v.keywords \
             and isinstance(v.args[0], Name) and isinstance(v.args[1], Const) and type(v.args[1].value) is int:
         ty = fn.types.get(v.args[0].id)
-        axis = v.args[1].value + (ty.ndim + 1 if v.args[1].value < 0 else 0) if _is_float_array(ty) else -1
-        return Subscript(v.args[0], (Slice(),) * axis + (Const(None),)) if 0 <= axis <= ty.ndim else None
+        if not _is_float_array(ty):
+            return None
+        axis = v.args[1].value % (ty.ndim + 1) if -ty.ndim - 1 <= v.args[1].value <= ty.ndim else None
+        return None if axis is None else Subscript(v.args[0], (Slice(),) * axis + (Const(None),))
     return v if _operates(v) or isinstance(v, Name) and _is_float_array(fn.types.get(v.id)) else None
 
 
@@ -221,11 +223,10 @@ def _holds_fill(held):
     return bool(held) and isinstance(held[0], Store)
 
 
-def _resets_after_fill(fn, held, s, own, uses):
+def _resets_after_fill(held, s, own):
     """Is `s` a reset of another array of the adjoint's own (`d_t6[:] = 0.0`, after the fill read it), after
     the fill `held` starts with: one the loop of the statement reading the fill runs before instead?"""
-    return _holds_fill(held) and _fills_for_next(fn, held[0], own, uses) and \
-        isinstance(s, Store) and isinstance(s.value, Const) and s.array in own and \
+    return _holds_fill(held) and isinstance(s, Store) and isinstance(s.value, Const) and s.array in own and \
         s.array not in {t.array for t in held} and all(isinstance(i, Slice) for i in s.index)
 
 
@@ -236,13 +237,14 @@ def _with_fill(fn, held, s, own):
     if not _holds_fill(held) or not isinstance(s, (Assign, Store, Accumulate)):
         return None
     fill, resets = held[0], held[1:]
-    filled, reset = Name(fill.array), {t.array for t in resets}
-    if filled in _places(s) or any(isinstance(x, Subscript) and x.base == filled for x in subexpressions(s.value)) \
-            or reset & (reads(s) | defines(s) | {_base(p) for p in _places(s)}):
+    written = {_base(p) for p in _places(s)} | defines(s)
+    if fill.array in written or any(isinstance(x, Subscript) and x.base == Name(fill.array)
+                                    for x in subexpressions(s.value)) \
+            or {t.array for t in resets} & (reads(s) | written):
         return None
     merged = copy(s)
     merged.value = substitute(s.value, {fill.array: _filled_value(fn, fill.value)})
-    fused = _as_loop(fn, merged, own, witness=fill, fallback=[fill, s])
+    fused = _as_loop(fn, merged, own, witness=fill.array, fallback=[fill, s])
     return fused and fused + resets
 
 
@@ -271,8 +273,8 @@ class _Unfit(Exception):
 
 
 def _as_loop(fn, s, own, witness=None, fallback=None):
-    """The statements that replace `s`, or None. `witness`: a fill (`_with_fill`) whose array must have the
-    loop's shape; `fallback`: what runs where the loop's checks fail (`s`)."""
+    """The statements that replace `s`, or None. `witness`: the array of a fill (`_with_fill`), which must
+    have the loop's shape; `fallback`: what runs where the loop's checks fail (`s`)."""
     def nest(exact_operands=False):
         return _Nest(fn, s, exact_operands, witness, fallback)
     try:
@@ -356,7 +358,7 @@ class _Nest:
     def __init__(self, fn, s, exact_operands=False, witness=None, fallback=None):
         self.fn, self.s = fn, s
         self.exact_operands = exact_operands    # arrays of integers and booleans too (into a float target)
-        self.witness = witness                  # a fill whose array must have the result's shape
+        self.witness = witness                  # an array that must have the result's shape (`_with_fill`)
         self.fallback = fallback or [s]
         self.leaves = {}          # array operand -> per axis: True (indexed) or False (a new axis, length 1)
         self.ranks = {}
@@ -598,10 +600,10 @@ class _Nest:
             checks += [Compare("==", Subscript(Attribute(view, "shape"), (Const(k),)), n)
                        for k, (n, real) in enumerate(zip(at, axes)) if real]
         if self.witness is not None:
-            rank = self.fn.types[self.witness.array].ndim
+            rank = self.fn.types[self.witness].ndim
             if rank > len(shape):
                 raise _Unfit
-            checks += [Compare("==", Subscript(Attribute(Name(self.witness.array), "shape"), (Const(k),)), n)
+            checks += [Compare("==", Subscript(Attribute(Name(self.witness), "shape"), (Const(k),)), n)
                        for k, n in enumerate(shape[len(shape) - rank:])]
         if not checks:
             return self.before + loop
