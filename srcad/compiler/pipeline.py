@@ -45,6 +45,7 @@ from .opt.saved_when_made import save_when_made
 from .opt.elementwise import loop_elementwise
 from .opt.shared import compute_repeats_once, results_handed_on
 from .opt.plain_adjoint import plain_adjoint
+from .opt.summed_products import sum_products_first
 from .opt.zero_guards import version_guarded_stretches
 from .opt.cleanup import (coalesce_copies, drop_restores_of_unchanged, drop_round_trips, drop_unread_saved,
                           eliminate_dead_code, first_accumulations, fold_constants, simplify)
@@ -174,6 +175,7 @@ def _first_writes(program):
     """On the code compiled only: the IR kept (`Program.ir`), differentiated again, keeps its accumulations."""
     for fn in program.adjoints():
         write_first_accumulations(fn, program.backend.policy.products_in_place)
+        sum_products_first(fn)
     return program
 
 
